@@ -1,0 +1,50 @@
+"""npu-lab: a simulated NPU for learning the PyTorch 2 compile stack.
+
+``import npu_lab`` registers the ``npu`` device with PyTorch (once; re-running
+the import in a notebook is safe). Then use it as you would use ``cuda``::
+
+    import torch, npu_lab
+    x = torch.randn(3, device="npu")
+    model = torch.nn.Linear(3, 2).to("npu")
+    torch.npu.memory_allocated()
+"""
+
+from __future__ import annotations
+
+from .device import registration as _registration
+
+_registration.register()
+
+from .device.clock import CostModel, cost_model  # noqa: E402
+from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
+from .device.fallback import report as fallback_report  # noqa: E402
+from .device.memory import set_capacity as _set_capacity  # noqa: E402
+from .ops.registry import claimed_ops  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CostModel",
+    "claimed_ops",
+    "cost_model",
+    "cpu_fallback_enabled",
+    "fallback_report",
+    "set_cpu_fallback",
+    "set_memory_capacity",
+    "transfer_stats",
+]
+
+
+def set_memory_capacity(nbytes: int, device: int = 0) -> None:
+    """Set the simulated device memory capacity, in bytes (default 4 GiB).
+
+    The environment variable ``NPU_LAB_MEMORY_GB`` sets it at start-up.
+    """
+    _set_capacity(nbytes, device)
+
+
+def transfer_stats(device: int = 0) -> dict[str, int]:
+    """Bytes and copies that crossed host<->device (and device<->device) so far."""
+    from .device.memory import memory
+
+    return memory(device).counters.transfers.as_dict()

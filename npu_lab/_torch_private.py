@@ -1,0 +1,95 @@
+"""The one place where npu-lab touches PyTorch's private APIs.
+
+Every function here was checked on torch 2.13.0 (CPU wheel). PyTorch's
+internals move between releases: if an upgrade breaks the lab, this file is
+where to look first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch._C import DispatchKey, DispatchKeySet
+
+#: The torch release line this file was checked against.
+CHECKED_ON = "2.13"
+
+_META_KEYSET = DispatchKeySet(DispatchKey.Meta)
+
+
+def setup_python_backend(name: str, backend_module: Any, hooks: Any, guard: Any) -> None:
+    """Rename PrivateUse1 to ``name`` and register a pure-Python backend (torch 2.13).
+
+    ``torch.utils.backend_registration._setup_privateuseone_for_python_backend``
+    installs the C++ hooks and device guard that PyTorch expects a C++ backend to
+    provide, so that ``torch.library`` kernels on ``PrivateUse1`` make a real device.
+    """
+    from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
+
+    _setup_privateuseone_for_python_backend(
+        name, backend_module=backend_module, hook=hooks, device_guard=guard
+    )
+
+
+def hooks_base() -> type:
+    """Base class for the PrivateUse1 hooks object (torch 2.13: ``torch._C._acc``)."""
+    return torch._C._acc.PrivateUse1Hooks
+
+
+def device_guard_base() -> type:
+    """Base class for the PrivateUse1 device guard (torch 2.13: ``torch._C._acc``)."""
+    return torch._C._acc.DeviceGuard
+
+
+def backend_name() -> str:
+    """The current name of the PrivateUse1 backend ("privateuseone" until renamed)."""
+    return torch._C._get_privateuse1_backend_name()
+
+
+def create_empty_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous PrivateUse1 tensor whose storage holds no bytes (torch 2.13).
+
+    The lab attaches the real device bytes to the tensor's ``untyped_storage()``
+    Python object, which PyTorch keeps alive as long as the storage lives.
+    """
+    return torch._C._acc.create_empty_tensor(tuple(shape), dtype)
+
+
+def meta_redispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
+    """Run ``op``'s Meta kernel on device tensors: metadata only, no data touched.
+
+    For view operators this returns true views that share the input's storage,
+    which is exactly what a device's view kernels must do.
+    """
+    return op.redispatch(_META_KEYSET, *args, **kwargs)
+
+
+def install_serialization(device_type: str) -> None:
+    """Make ``torch.save``/``copy.deepcopy``/pickle work for tensors of ``device_type``.
+
+    A Python backend's storages hold no bytes PyTorch can see, so the default
+    pickling of a tensor (which saves its storage) would save nothing. PyTorch
+    already has the right path for storage-less backends such as XLA: pickle
+    a CPU copy and rebuild on the device with
+    ``torch._utils._rebuild_device_tensor_from_cpu_tensor``, which honours
+    ``torch.load(map_location=...)`` and is allowed by ``weights_only`` loading.
+    We route ``device_type`` tensors to that path (checked on torch 2.13).
+    """
+    original = torch.Tensor._reduce_ex_internal
+    if getattr(original, "_npu_lab_device", None) == device_type:
+        return
+
+    def _reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
+        if self.device.type == device_type:
+            with torch.no_grad():
+                cpu = self.cpu()
+            return (
+                torch._utils._rebuild_device_tensor_from_cpu_tensor,
+                (cpu, self.dtype, str(self.device), self.requires_grad),
+            )
+        return original(self, proto)
+
+    _reduce_ex_internal._npu_lab_device = device_type  # type: ignore[attr-defined]
+    torch.Tensor._reduce_ex_internal = _reduce_ex_internal  # type: ignore[method-assign]

@@ -1,0 +1,1 @@
+"""The simulated NPU device: registration, memory, streams, RNG and fallback."""

@@ -1,0 +1,126 @@
+"""What happens when the NPU has no kernel for an operator.
+
+By default: PyTorch's own "Could not run ... with arguments from the 'npu'
+backend" error, plus a one-line hint. Opt in to a CPU fallback (like MPS's
+``PYTORCH_ENABLE_MPS_FALLBACK``) with ``PYTORCH_ENABLE_NPU_FALLBACK=1`` or
+``npu_lab.set_cpu_fallback(True)``: the operator then runs on the CPU, its
+results are copied back, a warning is given once per operator, and every
+fallback is recorded so the profiler and the coverage report can list them.
+
+The mechanism is a *backend fallback* on the PrivateUse1 dispatch key: one
+boxed kernel the dispatcher calls for any operator with no npu kernel.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+from torch.utils._pytree import tree_map
+
+_enabled = os.environ.get("PYTORCH_ENABLE_NPU_FALLBACK", "0") not in ("", "0", "false", "False")
+#: operator name -> number of times it fell back to the CPU.
+counts: Counter[str] = Counter()
+_warned: set[str] = set()
+listeners: list[Callable[[str], None]] = []
+_lib: torch.library.Library | None = None
+
+
+def set_cpu_fallback(enabled: bool) -> None:
+    """Turn the CPU fallback for operators the NPU lacks on or off."""
+    global _enabled
+    _enabled = bool(enabled)
+
+
+def cpu_fallback_enabled() -> bool:
+    return _enabled
+
+
+def op_name(op: torch._ops.OpOverload) -> str:
+    name = op._schema.name
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def not_implemented_message(name: str) -> str:
+    return (
+        f"Could not run '{name}' with arguments from the 'npu' backend. This could be because "
+        "the operator doesn't exist for this backend, or was omitted during the selective/custom "
+        "build process (if using custom build).\n"
+        f"npu-lab hint: the simulated NPU has no kernel for {name}; register one with "
+        "torch.library (chapter 7) or set PYTORCH_ENABLE_NPU_FALLBACK=1 "
+        "(npu_lab.set_cpu_fallback(True)) to run it on the CPU."
+    )
+
+
+def _to_cpu(x: object) -> object:
+    if isinstance(x, torch.Tensor) and x.device.type == "npu":
+        return x.to("cpu")
+    if isinstance(x, torch.device) and x.type == "npu":
+        return torch.device("cpu")
+    return x
+
+
+def _to_npu(x: object) -> object:
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+        return x.to("npu")
+    return x
+
+
+def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object) -> object:
+    name = op_name(op)
+    if not _enabled:
+        raise NotImplementedError(not_implemented_message(name))
+    counts[name] += 1
+    for fn in listeners:
+        fn(name)
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"The operator '{name}' is not implemented for npu and will fall back to run on "
+            "the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=3,
+        )
+    cpu_args = tree_map(_to_cpu, args)
+    cpu_kwargs = tree_map(_to_cpu, kwargs)
+    result = op(*cpu_args, **cpu_kwargs)
+    # Write back arguments the operator mutated (in-place and out= forms).
+    schema = op._schema
+    mutated = {}
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            src = cpu_kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else cpu_args[i]
+            dst = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
+            if isinstance(dst, torch.Tensor) and dst.device.type == "npu":
+                if dst.shape != src.shape:
+                    dst.resize_(src.shape)
+                dst.copy_(src)
+                mutated[id(src)] = dst
+
+    def back(x: object) -> object:
+        if isinstance(x, torch.Tensor) and id(x) in mutated:
+            return mutated[id(x)]
+        return _to_npu(x)
+
+    return tree_map(back, result)
+
+
+def install() -> None:
+    """Register the PrivateUse1 backend fallback (once per process)."""
+    global _lib
+    if _lib is None:
+        _lib = torch.library.Library("_", "IMPL")
+        _lib.fallback(_fallback_kernel, "PrivateUse1")
+
+
+def report() -> dict[str, int]:
+    """Operators that fell back to the CPU so far, with their counts."""
+    return dict(counts)
+
+
+def reset() -> None:
+    counts.clear()
+    _warned.clear()

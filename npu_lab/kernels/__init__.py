@@ -1,0 +1,1 @@
+"""numba kernels of the simulated NPU (pure functions on NumPy arrays)."""

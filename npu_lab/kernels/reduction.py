@@ -1,0 +1,143 @@
+"""numba reduction kernels over the rows of a contiguous 2-D array.
+
+The operator layer moves the reduced dimensions to the end and makes the
+input contiguous, so every reduction here sees ``x[outer, inner]`` and reduces
+each row. Floating sums accumulate in float64 (PyTorch CPU uses a cascade sum
+for the same reason: long float32 sums drift).
+"""
+
+import math
+
+import numba
+import numpy as np
+from numba import prange
+
+_opts = dict(cache=True, nogil=True, error_model="numpy")
+
+
+@numba.njit(parallel=True, **_opts)
+def sum_rows(x, out):
+    for r in prange(x.shape[0]):
+        acc = 0.0
+        for j in range(x.shape[1]):
+            acc += x[r, j]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def sum_rows_int(x, out):
+    for r in prange(x.shape[0]):
+        acc = 0
+        for j in range(x.shape[1]):
+            acc += x[r, j]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def sum_all(x, chunks):
+    """Sum of a long 1-D array in parallel chunks (float64 partials)."""
+    n = x.shape[0]
+    step = (n + chunks - 1) // chunks
+    part = np.zeros(chunks)
+    for c in prange(chunks):
+        acc = 0.0
+        for j in range(c * step, min(n, (c + 1) * step)):
+            acc += x[j]
+        part[c] = acc
+    return part.sum()
+
+
+@numba.njit(parallel=True, **_opts)
+def prod_rows(x, out):
+    for r in prange(x.shape[0]):
+        acc = 1.0
+        for j in range(x.shape[1]):
+            acc *= x[r, j]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def max_rows(x, values, indices):
+    """Row maximum and the index of its first occurrence; NaN wins."""
+    for r in prange(x.shape[0]):
+        best = x[r, 0]
+        bi = 0
+        for j in range(1, x.shape[1]):
+            v = x[r, j]
+            if best != best:
+                break
+            if v > best or v != v:
+                best = v
+                bi = j
+        values[r] = best
+        indices[r] = bi
+
+
+@numba.njit(parallel=True, **_opts)
+def min_rows(x, values, indices):
+    for r in prange(x.shape[0]):
+        best = x[r, 0]
+        bi = 0
+        for j in range(1, x.shape[1]):
+            v = x[r, j]
+            if best != best:
+                break
+            if v < best or v != v:
+                best = v
+                bi = j
+        values[r] = best
+        indices[r] = bi
+
+
+@numba.njit(parallel=True, **_opts)
+def var_rows(x, out, correction):
+    """Two-pass variance per row (numerically safer than sum of squares)."""
+    n = x.shape[1]
+    for r in prange(x.shape[0]):
+        mean = 0.0
+        for j in range(n):
+            mean += x[r, j]
+        mean /= n
+        acc = 0.0
+        for j in range(n):
+            d = x[r, j] - mean
+            acc += d * d
+        denom = n - correction
+        out[r] = acc / denom if denom > 0 else math.nan
+
+
+@numba.njit(parallel=True, **_opts)
+def softmax_rows(x, out, log):
+    for r in prange(x.shape[0]):
+        m = -np.inf
+        for j in range(x.shape[1]):
+            if x[r, j] > m:
+                m = x[r, j]
+        s = 0.0
+        for j in range(x.shape[1]):
+            s += math.exp(x[r, j] - m)
+        if log:
+            lse = m + math.log(s)
+            for j in range(x.shape[1]):
+                out[r, j] = x[r, j] - lse
+        else:
+            for j in range(x.shape[1]):
+                out[r, j] = math.exp(x[r, j] - m) / s
+
+
+@numba.njit(parallel=True, **_opts)
+def softmax_backward_rows(grad, out, result, log):
+    """d(input) for softmax (log=False) or log_softmax (log=True), per row."""
+    for r in prange(grad.shape[0]):
+        if log:
+            s = 0.0
+            for j in range(grad.shape[1]):
+                s += grad[r, j]
+            for j in range(grad.shape[1]):
+                result[r, j] = grad[r, j] - math.exp(out[r, j]) * s
+        else:
+            s = 0.0
+            for j in range(grad.shape[1]):
+                s += grad[r, j] * out[r, j]
+            for j in range(grad.shape[1]):
+                result[r, j] = out[r, j] * (grad[r, j] - s)

@@ -1,0 +1,146 @@
+"""Helpers every NPU kernel wrapper uses: device checks, outputs, launches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .. import _torch_private as private
+from ..device import clock
+from ..device.tensors import (
+    NUMPY_DTYPES,
+    as_array,
+    contiguous_strides,
+    empty,
+    empty_strided,
+    flat_array,
+    storage_bytes,
+)
+from ..kernels.elementwise import ElementwiseKernel, Operand
+
+__all__ = [
+    "NUMPY_DTYPES",
+    "as_array",
+    "check_same_device",
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "flat_array",
+    "launch",
+    "nbytes",
+    "resize_out",
+    "run_elementwise",
+    "to_scalar",
+]
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def launch(name: str, flops: float, read: int, written: int) -> None:
+    """Account a kernel on the simulated clock (and notify the profiler)."""
+    clock.launch(name, flops, read, written)
+
+
+def check_same_device(op: str, *tensors: object) -> None:
+    """Raise PyTorch's device-mismatch error if a tensor is not on ``npu``.
+
+    Zero-dimensional CPU tensors are allowed: PyTorch treats them as scalars.
+    """
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type != "npu":
+            if t.device.type == "cpu" and t.dim() == 0:
+                continue
+            raise RuntimeError(
+                "Expected all tensors to be on the same device, but found at least two "
+                f"devices, npu:0 and {t.device}! (when checking argument for {op})"
+            )
+
+
+def is_scalar_like(x: object) -> bool:
+    return not isinstance(x, torch.Tensor) or (x.device.type == "cpu" and x.dim() == 0)
+
+
+def to_scalar(x: object) -> object:
+    """A Python number from a number or a zero-dim CPU tensor."""
+    if isinstance(x, torch.Tensor):
+        return x.item()
+    return x
+
+
+def empty_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return empty(t.shape, dtype or t.dtype)
+
+
+def resize_out(out: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """Resize an ``out=`` tensor the way ATen does (reallocating only if it must).
+
+    The old contents are kept where they overlap, as ``resize_`` promises.
+    """
+    shape = tuple(int(s) for s in shape)
+    if tuple(out.shape) == shape:
+        return out
+    strides = contiguous_strides(shape)
+    itemsize = out.element_size()
+    need = storage_bytes(shape, strides, itemsize, out.storage_offset())
+    fresh = empty_strided((need // itemsize,) if need else (0,), None, out.dtype)
+    old = out.untyped_storage()._npu_mem.array
+    new = fresh.untyped_storage()._npu_mem.array
+    n = min(old.nbytes, new.nbytes)
+    new[:n] = old[:n]
+    private.meta_redispatch(
+        torch.ops.aten.set_.source_Storage_storage_offset,
+        out, fresh.untyped_storage(), out.storage_offset(), shape, strides,
+    )
+    return out
+
+
+def _np_scalar(value: object, dtype: torch.dtype) -> object:
+    return NUMPY_DTYPES[dtype](value)
+
+
+def operand(t: torch.Tensor, shape: Sequence[int]) -> Operand:
+    """``t`` broadcast to ``shape`` as a strided operand (zero strides where expanded)."""
+    nd = len(shape)
+    st = list(t.stride())
+    sz = list(t.shape)
+    pad = nd - len(sz)
+    strides = [0] * pad + [0 if sz[i] == 1 and shape[pad + i] != 1 else st[i] for i in range(len(sz))]
+    if nd == 0:
+        strides = [0]
+    return Operand(flat_array(t), tuple(strides), t.storage_offset())
+
+
+def _flat(t: torch.Tensor) -> np.ndarray:
+    return as_array(t).reshape(-1)
+
+
+def run_elementwise(
+    kernel: ElementwiseKernel,
+    outs: Sequence[torch.Tensor],
+    ins: Sequence[torch.Tensor],
+    scalars: Sequence = (),
+    flops_per_element: float = 1.0,
+) -> None:
+    """Run a generated elementwise kernel over npu tensors (inputs broadcast to outs[0])."""
+    shape = tuple(outs[0].shape)
+    numel = outs[0].numel()
+    if numel:
+        fast = all(t.is_contiguous() for t in outs) and all(
+            t.is_contiguous() and tuple(t.shape) == shape for t in ins
+        )
+        if fast:
+            kernel.run_flat([_flat(t) for t in outs], [_flat(t) for t in ins], scalars)
+        else:
+            kernel.run_strided(
+                shape, [operand(t, shape) for t in outs], [operand(t, shape) for t in ins], scalars
+            )
+    launch(
+        kernel.name,
+        flops_per_element * numel,
+        sum(nbytes(t) for t in ins),
+        sum(nbytes(t) for t in outs),
+    )

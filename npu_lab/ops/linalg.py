@@ -1,0 +1,189 @@
+"""Matrix products: mm, addmm, bmm, baddbmm, dot, mv.
+
+``torch.matmul`` and ``nn.functional.linear`` are CompositeImplicitAutograd in
+ATen: they decompose into these operators, so registering these is enough for
+every ``@`` and ``nn.Linear`` on the NPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..kernels import matmul as mk
+from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
+from .copy import device_copy
+from .pointwise import _short, pointwise
+from .registry import register
+
+#: Tile sizes used by mm when no autotuned choice exists for a shape.
+tiles = {"default": mk.DEFAULT_TILES}
+
+
+def _contig(t: torch.Tensor) -> torch.Tensor:
+    if t.is_contiguous():
+        return t
+    c = empty(t.shape, t.dtype)
+    device_copy(c, t)
+    return c
+
+
+def _check_mm(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    check_same_device(f"aten::{op}", a, b)
+    if a.dim() != 2:
+        raise RuntimeError("self must be a matrix")
+    if b.dim() != 2:
+        raise RuntimeError("mat2 must be a matrix")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(
+            f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+            f"{b.shape[0]}x{b.shape[1]})"
+        )
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"expected m1 and m2 to have the same dtype, but got: {_short(a.dtype)} != {_short(b.dtype)}"
+        )
+
+
+def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """out[:] = a @ b with the tiled numba kernel (out must be contiguous)."""
+    m, k = a.shape
+    n = b.shape[1]
+    tm, tn, tk = tiles.get((m, n, k), tiles["default"])
+    c = as_array(out)
+    if m and n:
+        if k == 0:
+            c[...] = 0
+        else:
+            a_ = as_array(_contig(a))
+            if not b.is_contiguous() and b.t().is_contiguous():
+                mk.mm_nt(a_, as_array(b.t()), c, tm, tn, tk)
+            else:
+                mk.mm_nn(a_, as_array(_contig(b)), c, tm, tn, tk)
+    launch("mm", 2.0 * m * n * k, nbytes(a) + nbytes(b), nbytes(out))
+    return out
+
+
+@register("mm")
+def mm(self, mat2):
+    _check_mm("mm", self, mat2)
+    out = empty((self.shape[0], mat2.shape[1]), self.dtype)
+    return mm_into(out, self, mat2)
+
+
+@register("mm.out")
+def mm_out(self, mat2, *, out):
+    _check_mm("mm", self, mat2)
+    resize_out(out, (self.shape[0], mat2.shape[1]))
+    if out.is_contiguous():
+        return mm_into(out, self, mat2)
+    tmp = mm(self, mat2)
+    device_copy(out, tmp)
+    return out
+
+
+def _epilogue(prod: torch.Tensor, bias: torch.Tensor, beta, alpha) -> torch.Tensor:
+    """prod = beta * bias + alpha * prod, in place on prod."""
+    if beta == 0:
+        if alpha != 1:
+            pointwise("scale", "alpha * {0}", (prod,), named={"alpha": alpha}, out=prod, inplace=True)
+        return prod
+    if alpha == 1 and beta == 1:
+        return pointwise("add_bias", "{0} + {1}", (prod, bias), out=prod, inplace=True)
+    return pointwise("addmm_epilogue", "alpha * {0} + beta * {1}", (prod, bias),
+                     named={"alpha": alpha, "beta": beta}, out=prod, inplace=True, flops=3)
+
+
+@register("addmm")
+def addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    _check_mm("addmm", mat1, mat2)
+    check_same_device("aten::addmm", self)
+    prod = mm(mat1, mat2)
+    torch.broadcast_shapes(self.shape, prod.shape)
+    return _epilogue(prod, self, beta, alpha)
+
+
+@register("addmm.out")
+def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
+    res = addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+    resize_out(out, res.shape)
+    device_copy(out, res)
+    return out
+
+
+@register("addmm_")
+def addmm_(self, mat1, mat2, *, beta=1, alpha=1):
+    res = addmm(self, mat1, mat2, beta=beta, alpha=alpha)
+    device_copy(self, res)
+    return self
+
+
+def _check_bmm(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
+    check_same_device(f"aten::{op}", a, b)
+    if a.dim() != 3 or b.dim() != 3:
+        raise RuntimeError("batch1 must be a 3D tensor" if a.dim() != 3 else "batch2 must be a 3D tensor")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise RuntimeError(
+            f"Expected size for first two dimensions of batch2 tensor to be: "
+            f"[{a.shape[0]}, {a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}]."
+        )
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"expected scalar type {_short(a.dtype)} but found {_short(b.dtype)}"
+        )
+
+
+@register("bmm")
+def bmm(self, mat2):
+    _check_bmm("bmm", self, mat2)
+    bsz, m, k = self.shape
+    n = mat2.shape[2]
+    out = empty((bsz, m, n), self.dtype)
+    c = as_array(out)
+    if out.numel():
+        if k == 0:
+            c[...] = 0
+        else:
+            tm, tn, tk = tiles["default"]
+            mk.bmm_nn(as_array(_contig(self)), as_array(_contig(mat2)), c, tm, tn, tk)
+    launch("bmm", 2.0 * bsz * m * n * k, nbytes(self) + nbytes(mat2), nbytes(out))
+    return out
+
+
+@register("bmm.out")
+def bmm_out(self, mat2, *, out):
+    res = bmm(self, mat2)
+    resize_out(out, res.shape)
+    device_copy(out, res)
+    return out
+
+
+@register("baddbmm")
+def baddbmm(self, batch1, batch2, *, beta=1, alpha=1):
+    prod = bmm(batch1, batch2)
+    return _epilogue(prod, self, beta, alpha)
+
+
+@register("dot")
+def dot(self, tensor):
+    check_same_device("aten::dot", self, tensor)
+    if self.dim() != 1 or tensor.dim() != 1:
+        raise RuntimeError(
+            f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D tensors"
+        )
+    if self.shape[0] != tensor.shape[0]:
+        raise RuntimeError(
+            f"inconsistent tensor size, expected tensor [{self.shape[0]}] and src "
+            f"[{tensor.shape[0]}] to have the same number "
+            f"of elements, but got {self.shape[0]} and {tensor.shape[0]} elements respectively"
+        )
+    return mm(self.reshape(1, -1), tensor.reshape(-1, 1)).reshape(())
+
+
+@register("mv")
+def mv(self, vec):
+    check_same_device("aten::mv", self, vec)
+    return mm(self, vec.reshape(-1, 1)).reshape(-1)
+
+
+__all__ = ["mm_into", "tiles", "np"]

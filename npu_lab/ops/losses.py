@@ -1,0 +1,89 @@
+"""Losses: mse_loss and nll_loss (cross_entropy = log_softmax + nll_loss), with backwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..kernels import loss as lk
+from .common import as_array, check_same_device, empty, launch, nbytes
+from .pointwise import pointwise
+from .reductions import _reduce_sum
+from .registry import register
+
+# ATen's reduction enum
+NONE, MEAN, SUM = 0, 1, 2
+
+
+@register("mse_loss")
+def mse_loss(self, target, reduction=MEAN):
+    check_same_device("aten::mse_loss", self, target)
+    sq = pointwise("squared_error", "({0} - {1}) * ({0} - {1})", (self, target), flops=2)
+    if reduction == NONE:
+        return sq
+    return _reduce_sum(sq, None, False, None, mean=reduction == MEAN)
+
+
+@register("mse_loss_backward")
+def mse_loss_backward(grad_output, self, target, reduction):
+    check_same_device("aten::mse_loss_backward", grad_output, self, target)
+    scale = 2.0 / self.numel() if reduction == MEAN and self.numel() else 2.0
+    return pointwise("mse_backward", "s * ({0} - {1}) * {2}", (self, target, grad_output),
+                     named={"s": scale}, flops=3)
+
+
+def _nll_inputs(self, target, weight):
+    check_same_device("aten::nll_loss_forward", self, target, weight)
+    if target.dtype not in (torch.int64, torch.uint8, torch.int32):
+        raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
+    x = self if self.dim() == 2 else self.reshape(1, -1)
+    t = target.reshape(-1)
+    if x.shape[0] != t.shape[0]:
+        raise ValueError(
+            f"Expected input batch_size ({x.shape[0]}) to match target batch_size ({t.shape[0]})."
+        )
+    c = x.shape[1]
+    w = as_array(weight.contiguous()) if weight is not None else np.ones(c, dtype=as_array(x).dtype)
+    return as_array(x.contiguous()), as_array(t.contiguous()).astype(np.int64), w
+
+
+@register("nll_loss_forward")
+def nll_loss_forward(self, target, weight, reduction, ignore_index):
+    if self.dim() not in (1, 2):
+        raise ValueError(f"Expected 1 or 2 dimensions (got {self.dim()})")
+    x, t, w = _nll_inputs(self, target, weight)
+    n = x.shape[0]
+    losses = np.empty(n, dtype=np.float64)
+    weights = np.empty(n, dtype=np.float64)
+    bad = lk.nll_forward(x, t, w, ignore_index, losses, weights)
+    if bad >= 0:
+        raise IndexError(f"Target {t[bad]} is out of bounds.")
+    total_weight = empty((), self.dtype)
+    as_array(total_weight)[...] = weights.sum()
+    if reduction == NONE and self.dim() == 2:
+        out = empty((n,), self.dtype)
+        as_array(out)[...] = losses
+    else:
+        out = empty((), self.dtype)
+        total = losses.sum()
+        if reduction == MEAN:
+            total = total / weights.sum() if weights.sum() else np.nan
+        as_array(out)[...] = total
+    launch("nll_loss", 2 * n, nbytes(self) + nbytes(target), nbytes(out))
+    return out, total_weight
+
+
+@register("nll_loss_backward")
+def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    check_same_device("aten::nll_loss_backward", grad_output, self, target, total_weight)
+    x, t, w = _nll_inputs(self, target, weight)
+    out = empty(self.shape, self.dtype)
+    g = as_array(grad_output.contiguous()).reshape(-1)
+    per_sample = reduction == NONE and self.dim() == 2
+    scale = 1.0
+    if reduction == MEAN:
+        tw = float(as_array(total_weight))
+        scale = 1.0 / tw if tw else 0.0
+    lk.nll_backward(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape))
+    launch("nll_loss_backward", self.numel(), nbytes(grad_output) + nbytes(target), nbytes(out))
+    return out

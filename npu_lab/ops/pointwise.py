@@ -1,0 +1,552 @@
+"""Elementwise operators: arithmetic, activations, comparisons, their backwards.
+
+Each operator is one line in a table: a scalar expression template in which
+``{0}``, ``{1}``... stand for the operator's inputs. :func:`pointwise` does what
+ATen's TensorIterator does for a CPU kernel: checks devices, applies PyTorch's
+type promotion, broadcasts, allocates (or checks) the output, and then runs
+the generated numba kernel for the template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..kernels import elementwise
+from .common import (
+    NUMPY_DTYPES,
+    check_same_device,
+    empty,
+    resize_out,
+    run_elementwise,
+)
+from .copy import device_copy
+from .registry import register
+
+_float_default = torch.get_default_dtype
+
+
+def _is_tensor_operand(x: object) -> bool:
+    return isinstance(x, torch.Tensor) and not (x.device.type == "cpu" and x.dim() == 0)
+
+
+def _promote(args: Sequence[object]) -> torch.dtype:
+    if len(args) == 1:
+        a = args[0]
+        return a.dtype if isinstance(a, torch.Tensor) else torch.result_type(torch.tensor(0.0), a)
+    dtype = torch.result_type(args[0], args[1])
+    for a in args[2:]:
+        # fold further operands in (exact for the operators that use three)
+        other = a.dtype if isinstance(a, torch.Tensor) else torch.result_type(torch.empty(0, dtype=dtype), a)
+        dtype = torch.promote_types(dtype, other)
+    return dtype
+
+
+def pointwise(
+    name: str,
+    template: str,
+    args: Sequence[object],
+    *,
+    named: dict[str, object] | None = None,
+    out: torch.Tensor | None = None,
+    inplace: bool = False,
+    to_float: bool = False,
+    bool_result: bool = False,
+    compute_dtype: torch.dtype | None = None,
+    flops: float = 1.0,
+) -> torch.Tensor:
+    """Run one elementwise operator on npu tensors.
+
+    Args:
+        name: kernel name for the profiler.
+        template: scalar expression, ``{k}`` is the k-th argument.
+        args: tensors and/or Python scalars (zero-dim CPU tensors count as scalars).
+        named: extra scalar parameters the template names (``alpha``...).
+        out: write here (``out=`` or in-place) instead of allocating.
+        inplace: ``out`` is ``args[0]``: its shape may not grow by broadcasting.
+        to_float: integer inputs compute in the default float dtype (``exp``...).
+        bool_result: the result is ``torch.bool`` (comparisons, logical ops).
+        compute_dtype: force the dtype the expression computes in.
+    """
+    check_same_device(f"aten::{name}", *args)
+    if out is not None:
+        check_same_device(f"aten::{name}", out)
+    named = named or {}
+    dtype = compute_dtype or _promote(args)
+    if to_float and not (dtype.is_floating_point or dtype.is_complex):
+        dtype = _float_default()
+    tensors: list[torch.Tensor] = []
+    names: list[str] = []
+    scalar_names: list[str] = []
+    scalar_values: list[object] = []
+    np_type = NUMPY_DTYPES.get(dtype)
+    if np_type is None:
+        raise TypeError(f"npu {name} does not support dtype {dtype}")
+    for k, a in enumerate(args):
+        if _is_tensor_operand(a):
+            if a.dtype != dtype:
+                cast = empty(a.shape, dtype)
+                device_copy(cast, a)
+                a = cast
+            names.append(f"x{len(tensors)}")
+            tensors.append(a)
+        else:
+            v = a.item() if isinstance(a, torch.Tensor) else a
+            names.append(f"c{k}")
+            scalar_names.append(f"c{k}")
+            scalar_values.append(np_type(v))
+    for key, v in named.items():
+        scalar_names.append(key)
+        scalar_values.append(np_type(v))
+    shapes = [tuple(t.shape) for t in tensors]
+    shape = shapes[0] if len(set(shapes)) <= 1 and shapes else tuple(torch.broadcast_shapes(*shapes))
+    result_dtype = torch.bool if bool_result else dtype
+    if out is None:
+        out = empty(shape, result_dtype)
+    else:
+        if inplace:
+            grown = tuple(torch.broadcast_shapes(out.shape, shape))
+            if tuple(out.shape) != shape and grown != tuple(out.shape):
+                raise RuntimeError(
+                    f"output with shape {list(out.shape)} doesn't match the broadcast shape "
+                    f"{list(torch.broadcast_shapes(out.shape, shape))}"
+                )
+            shape = tuple(out.shape)
+        else:
+            resize_out(out, shape)
+        if not torch.can_cast(result_dtype, out.dtype):
+            raise RuntimeError(
+                f"result type {_short(result_dtype)} can't be cast to the desired output "
+                f"type {_short(out.dtype)}"
+            )
+    expr = template.format(*names)
+    if out.dtype == torch.bool and not bool_result:
+        expr = f"({expr}) != 0"
+    kernel = elementwise.kernel(name, len(tensors), expr, tuple(scalar_names))
+    run_elementwise(kernel, [out], tensors, scalar_values, flops_per_element=flops)
+    return out
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {
+        torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+        torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+        torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+    }.get(dtype, str(dtype))
+
+
+# ---------------------------------------------------------------------------
+# Registration helpers: one call registers the functional, in-place and out= forms.
+
+
+def _binary_family(base: str, template: Callable[[object], tuple[str, dict]] | str, *,
+                   overloads: Sequence[str] = ("Tensor", "Scalar"), to_float: bool = False,
+                   bool_result: bool = False, flops: float = 1.0, with_alpha: bool = False,
+                   inplace: bool = True, out: bool = True) -> None:
+    def build(alpha):
+        if isinstance(template, str):
+            return template, {}
+        return template(alpha)
+
+    def functional(self, other, *, alpha=1):
+        t, named = build(alpha)
+        return pointwise(base, t, (self, other), named=named, to_float=to_float,
+                         bool_result=bool_result, flops=flops)
+
+    def in_place(self, other, *, alpha=1):
+        t, named = build(alpha)
+        return pointwise(base, t, (self, other), named=named, out=self, inplace=True,
+                         to_float=to_float, bool_result=bool_result, flops=flops)
+
+    def out_form(self, other, *, alpha=1, out):
+        t, named = build(alpha)
+        return pointwise(base, t, (self, other), named=named, out=out, to_float=to_float,
+                         bool_result=bool_result, flops=flops)
+
+    if not with_alpha:
+        f0, i0, o0 = functional, in_place, out_form
+
+        def functional(self, other):  # noqa: F811
+            return f0(self, other)
+
+        def in_place(self, other):  # noqa: F811
+            return i0(self, other)
+
+        def out_form(self, other, *, out):  # noqa: F811
+            return o0(self, other, out=out)
+
+    for ov in overloads:
+        register(f"{base}.{ov}")(functional)
+        if inplace:
+            register(f"{base}_.{ov}")(in_place)
+    if out:
+        register(f"{base}.out" if "Tensor" in overloads else f"{base}.Scalar_out")(out_form)
+
+
+def _alpha(op: str) -> Callable[[object], tuple[str, dict]]:
+    def build(alpha):
+        if alpha == 1:
+            return f"{{0}} {op} {{1}}", {}
+        return f"{{0}} {op} alpha * {{1}}", {"alpha": alpha}
+
+    return build
+
+
+_binary_family("add", _alpha("+"), with_alpha=True)
+_binary_family("sub", _alpha("-"), with_alpha=True)
+_binary_family("mul", "{0} * {1}")
+_binary_family("div", "{0} / {1}", to_float=True)
+_binary_family("maximum", "max({0}, {1}) if {0} == {0} and {1} == {1} else {0} + {1}",
+               overloads=("default",), inplace=False, out=False)
+_binary_family("minimum", "min({0}, {1}) if {0} == {0} and {1} == {1} else {0} + {1}",
+               overloads=("default",), inplace=False, out=False)
+_binary_family("logical_and", "({0} != 0) and ({1} != 0)", overloads=("default",),
+               bool_result=True, inplace=False, out=False)
+_binary_family("logical_or", "({0} != 0) or ({1} != 0)", overloads=("default",),
+               bool_result=True, inplace=False, out=False)
+_binary_family("logical_xor", "({0} != 0) != ({1} != 0)", overloads=("default",),
+               bool_result=True, inplace=False, out=False)
+_binary_family("bitwise_and", "{0} & {1}", overloads=("Tensor", "Scalar"))
+_binary_family("bitwise_or", "{0} | {1}", overloads=("Tensor", "Scalar"))
+_binary_family("bitwise_xor", "{0} ^ {1}", overloads=("Tensor", "Scalar"))
+for _cmp, _sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
+    _binary_family(_cmp, f"{{0}} {_sym} {{1}}", bool_result=True, inplace=False, out=False)
+
+
+@register("rsub.Tensor", "rsub.Scalar")
+def rsub(self, other, alpha=1):
+    if alpha == 1:
+        return pointwise("rsub", "{1} - {0}", (self, other))
+    return pointwise("rsub", "{1} - alpha * {0}", (self, other), named={"alpha": alpha})
+
+
+_ROUNDING = {
+    "trunc": ("trunc_div({0}, {1})", "int_trunc_div({0}, {1})"),
+    "floor": ("floor_div({0}, {1})", "int_floor_div({0}, {1})"),
+}
+
+
+def _div_mode(self, other, rounding_mode, out=None, inplace=False):
+    if rounding_mode is None:
+        return pointwise("div", "{0} / {1}", (self, other), to_float=True, out=out, inplace=inplace)
+    dtype = _promote((self, other))
+    fl, it = _ROUNDING[rounding_mode]
+    template = fl if dtype.is_floating_point else it
+    return pointwise(f"div_{rounding_mode}", template, (self, other), out=out, inplace=inplace)
+
+
+@register("div.Tensor_mode", "div.Scalar_mode")
+def div_mode(self, other, *, rounding_mode=None):
+    return _div_mode(self, other, rounding_mode)
+
+
+@register("div_.Tensor_mode", "div_.Scalar_mode")
+def div_mode_(self, other, *, rounding_mode=None):
+    return _div_mode(self, other, rounding_mode, out=self, inplace=True)
+
+
+@register("remainder.Tensor", "remainder.Scalar")
+def remainder(self, other):
+    dtype = _promote((self, other))
+    t = "remainder({0}, {1})" if dtype.is_floating_point else "{0} % {1}"
+    return pointwise("remainder", t, (self, other))
+
+
+# pow: three overloads with different argument kinds
+@register("pow.Tensor_Tensor", "pow.Tensor_Scalar")
+def pow_(self, exponent):
+    if not isinstance(exponent, torch.Tensor):
+        if exponent == 2:
+            return pointwise("pow2", "{0} * {0}", (self, exponent))
+        if exponent == 0.5:
+            return pointwise("sqrt", "math.sqrt({0})", (self,), to_float=True)
+    return pointwise("pow", "{0} ** {1}", (self, exponent), flops=10)
+
+
+@register("pow.Scalar")
+def pow_scalar(self, exponent):
+    return pointwise("pow", "{0} ** {1}", (self, exponent), flops=10)
+
+
+@register("pow_.Scalar", "pow_.Tensor")
+def pow_inplace(self, exponent):
+    return pointwise("pow", "{0} ** {1}", (self, exponent), out=self, inplace=True, flops=10)
+
+
+@register("pow.Tensor_Scalar_out", "pow.Tensor_Tensor_out")
+def pow_out(self, exponent, *, out):
+    return pointwise("pow", "{0} ** {1}", (self, exponent), out=out, flops=10)
+
+
+# ---------------------------------------------------------------------------
+# Unary operators: name -> (template, integer inputs compute in float?, flops)
+
+UNARY: dict[str, tuple[str, bool, float]] = {
+    "neg": ("-{0}", False, 1),
+    "abs": ("abs({0})", False, 1),
+    "exp": ("math.exp({0})", True, 8),
+    "log": ("math.log({0}) if {0} > 0 else (-math.inf if {0} == 0 else math.nan)", True, 8),
+    "log2": ("math.log2({0}) if {0} > 0 else (-math.inf if {0} == 0 else math.nan)", True, 8),
+    "log1p": ("math.log1p({0}) if {0} > -1 else (-math.inf if {0} == -1 else math.nan)", True, 8),
+    "expm1": ("math.expm1({0})", True, 8),
+    "sqrt": ("math.sqrt({0}) if {0} >= 0 else math.nan", True, 4),
+    "rsqrt": ("1 / math.sqrt({0}) if {0} >= 0 else math.nan", True, 5),
+    "reciprocal": ("1 / {0}", True, 1),
+    "relu": ("relu({0})", False, 1),
+    "sigmoid": ("sigmoid({0})", True, 8),
+    "tanh": ("math.tanh({0})", True, 8),
+    "sin": ("math.sin({0})", True, 8),
+    "cos": ("math.cos({0})", True, 8),
+    "erf": ("math.erf({0})", True, 8),
+    "sign": ("sign({0})", False, 1),
+    "sgn": ("sign({0})", False, 1),
+    "floor": ("math.floor({0})", False, 1),
+    "ceil": ("math.ceil({0})", False, 1),
+    "trunc": ("math.trunc({0})", False, 1),
+    "round": ("np.round({0})", False, 1),
+    "silu": ("silu({0})", True, 9),
+    "logical_not": ("{0} == 0", False, 1),
+    "bitwise_not": ("not {0}", False, 1),
+}
+
+
+def _unary(name: str, template: str, to_float: bool, flops: float) -> None:
+    bool_result = name == "logical_not"
+    if name == "bitwise_not":
+        int_template = "~{0}"
+
+        def pick(t: torch.Tensor) -> str:
+            return template if t.dtype == torch.bool else int_template
+    else:
+
+        def pick(t: torch.Tensor) -> str:
+            return template
+
+    def functional(self):
+        return pointwise(name, pick(self), (self,), to_float=to_float, bool_result=bool_result,
+                         flops=flops)
+
+    def in_place(self):
+        return pointwise(name, pick(self), (self,), out=self, inplace=True, to_float=to_float,
+                         bool_result=bool_result, flops=flops)
+
+    def out_form(self, *, out):
+        return pointwise(name, pick(self), (self,), out=out, to_float=to_float,
+                         bool_result=bool_result, flops=flops)
+
+    register(name)(functional)
+    register(f"{name}_")(in_place)
+    register(f"{name}.out")(out_form)
+
+
+for _n, (_t, _f, _fl) in UNARY.items():
+    _unary(_n, _t, _f, _fl)
+
+
+@register("gelu")
+def gelu(self, *, approximate="none"):
+    fn = "gelu_tanh" if approximate == "tanh" else "gelu_erf"
+    return pointwise(f"gelu_{approximate}", f"{fn}({{0}})", (self,), to_float=True, flops=12)
+
+
+@register("gelu_")
+def gelu_inplace(self, *, approximate="none"):
+    fn = "gelu_tanh" if approximate == "tanh" else "gelu_erf"
+    return pointwise(f"gelu_{approximate}", f"{fn}({{0}})", (self,), out=self, inplace=True, flops=12)
+
+
+@register("gelu_backward")
+def gelu_backward(grad_output, self, *, approximate="none"):
+    fn = "gelu_tanh_grad" if approximate == "tanh" else "gelu_erf_grad"
+    return pointwise(f"gelu_backward_{approximate}", f"{fn}({{0}}, {{1}})", (grad_output, self), flops=20)
+
+
+@register("threshold_backward")
+def threshold_backward(grad_output, self, threshold):
+    return pointwise("threshold_backward", "{0} * 0 if {1} <= threshold else {0}",
+                     (grad_output, self), named={"threshold": threshold})
+
+
+@register("threshold")
+def threshold(self, threshold, value):
+    return pointwise("threshold", "value if {0} <= threshold else {0}", (self,),
+                     named={"threshold": threshold, "value": value})
+
+
+@register("sigmoid_backward")
+def sigmoid_backward(grad_output, output):
+    return pointwise("sigmoid_backward", "{0} * {1} * (1 - {1})", (grad_output, output), flops=3)
+
+
+@register("tanh_backward")
+def tanh_backward(grad_output, output):
+    return pointwise("tanh_backward", "{0} * (1 - {1} * {1})", (grad_output, output), flops=3)
+
+
+@register("silu_backward")
+def silu_backward(grad_output, self):
+    return pointwise("silu_backward", "{0} * sigmoid({1}) * (1 + {1} * (1 - sigmoid({1})))",
+                     (grad_output, self), flops=12)
+
+
+def _clamp_template(lo, hi) -> tuple[str, dict]:
+    if lo is not None and hi is not None:
+        return "clamp({0}, lo, hi)", {"lo": lo, "hi": hi}
+    if lo is not None:
+        return "lo if {0} < lo else {0}", {"lo": lo}
+    if hi is not None:
+        return "hi if {0} > hi else {0}", {"hi": hi}
+    raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+
+
+def _clamp(self, lo, hi, out=None, inplace=False):
+    lo = lo.item() if isinstance(lo, torch.Tensor) and lo.device.type == "cpu" else lo
+    hi = hi.item() if isinstance(hi, torch.Tensor) and hi.device.type == "cpu" else hi
+    if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
+        args: list[object] = [self]
+        t = "{0}"
+        if lo is not None:
+            args.append(lo)
+            t = f"max({t}, {{{len(args) - 1}}})"
+        if hi is not None:
+            args.append(hi)
+            t = f"min({t}, {{{len(args) - 1}}})"
+        return pointwise("clamp", t, args, out=out, inplace=inplace)
+    template, named = _clamp_template(lo, hi)
+    return pointwise("clamp", template, (self,), named=named, out=out, inplace=inplace,
+                     compute_dtype=_promote([self] + [v for v in (lo, hi) if v is not None]))
+
+
+@register("clamp", "clamp.Tensor")
+def clamp(self, min=None, max=None):
+    return _clamp(self, min, max)
+
+
+@register("clamp_", "clamp_.Tensor")
+def clamp_inplace(self, min=None, max=None):
+    return _clamp(self, min, max, out=self, inplace=True)
+
+
+@register("clamp.out", "clamp.Tensor_out")
+def clamp_out(self, min=None, max=None, *, out):
+    return _clamp(self, min, max, out=out)
+
+
+@register("clamp_min", "clamp_min.Tensor")
+def clamp_min(self, min):
+    return _clamp(self, min, None)
+
+
+@register("clamp_min_", "clamp_min_.Tensor")
+def clamp_min_inplace(self, min):
+    return _clamp(self, min, None, out=self, inplace=True)
+
+
+@register("clamp_max", "clamp_max.Tensor")
+def clamp_max(self, max):
+    return _clamp(self, None, max)
+
+
+@register("clamp_max_", "clamp_max_.Tensor")
+def clamp_max_inplace(self, max):
+    return _clamp(self, None, max, out=self, inplace=True)
+
+
+@register("where.self")
+def where(condition, self, other):
+    """``where``: the condition keeps its bool dtype; the values are promoted."""
+    check_same_device("aten::where", condition, self, other)
+    if condition.dtype != torch.bool:
+        raise RuntimeError(
+            "where expected condition to be a boolean tensor, but got a tensor with dtype "
+            f"{_short(condition.dtype)}"
+        )
+    dtype = _promote((self, other))
+    vals = []
+    for v in (self, other):
+        if _is_tensor_operand(v) and v.dtype != dtype:
+            c = empty(v.shape, dtype)
+            device_copy(c, v)
+            v = c
+        vals.append(v)
+    names = ["x0"]
+    tensors = [condition]
+    scalar_names: list[str] = []
+    scalar_values: list[object] = []
+    for k, v in enumerate(vals, start=1):
+        if _is_tensor_operand(v):
+            names.append(f"x{len(tensors)}")
+            tensors.append(v)
+        else:
+            names.append(f"c{k}")
+            scalar_names.append(f"c{k}")
+            scalar_values.append(NUMPY_DTYPES[dtype](v.item() if isinstance(v, torch.Tensor) else v))
+    shape = tuple(torch.broadcast_shapes(*[t.shape for t in tensors]))
+    out = empty(shape, dtype)
+    kernel = elementwise.kernel(
+        "where", len(tensors), f"{names[1]} if {names[0]} else {names[2]}", tuple(scalar_names)
+    )
+    run_elementwise(kernel, [out], tensors, scalar_values)
+    return out
+
+
+def _ternary(name: str, template: str) -> None:
+    def functional(self, t1, t2, *, value=1):
+        return pointwise(name, template, (self, t1, t2), named={"value": value}, flops=3)
+
+    def in_place(self, t1, t2, *, value=1):
+        return pointwise(name, template, (self, t1, t2), named={"value": value}, out=self,
+                         inplace=True, flops=3)
+
+    def out_form(self, t1, t2, *, value=1, out):
+        return pointwise(name, template, (self, t1, t2), named={"value": value}, out=out, flops=3)
+
+    register(name)(functional)
+    register(f"{name}_")(in_place)
+    register(f"{name}.out")(out_form)
+
+
+_ternary("addcmul", "{0} + value * {1} * {2}")
+_ternary("addcdiv", "{0} + value * {1} / {2}")
+
+
+@register("lerp.Scalar")
+def lerp(self, end, weight):
+    return pointwise("lerp", "{0} + w * ({1} - {0})", (self, end), named={"w": weight}, flops=3)
+
+
+@register("lerp_.Scalar")
+def lerp_inplace(self, end, weight):
+    return pointwise("lerp", "{0} + w * ({1} - {0})", (self, end), named={"w": weight},
+                     out=self, inplace=True, flops=3)
+
+
+@register("lerp.Tensor")
+def lerp_tensor(self, end, weight):
+    return pointwise("lerp_t", "{0} + {2} * ({1} - {0})", (self, end, weight), flops=3)
+
+
+@register("lerp_.Tensor")
+def lerp_tensor_inplace(self, end, weight):
+    return pointwise("lerp_t", "{0} + {2} * ({1} - {0})", (self, end, weight), out=self,
+                     inplace=True, flops=3)
+
+
+@register("isnan")
+def isnan(self):
+    return pointwise("isnan", "{0} != {0}", (self,), bool_result=True)
+
+
+@register("isinf")
+def isinf(self):
+    if not self.is_floating_point():
+        return pointwise("isinf", "{0} != {0}", (self,), bool_result=True)
+    return pointwise("isinf", "abs({0}) == math.inf", (self,), bool_result=True)
+
+
+@register("isfinite")
+def isfinite(self):
+    if not self.is_floating_point():
+        return pointwise("isfinite", "{0} == {0}", (self,), bool_result=True)
+    return pointwise("isfinite", "abs({0}) < math.inf", (self,), bool_result=True)

@@ -1,0 +1,98 @@
+"""The npu device as a learner meets it: names, moves, factories, torch.npu."""
+
+import importlib
+
+import pytest
+import torch
+
+import npu_lab
+
+
+def test_device_names():
+    assert torch.device("npu").type == "npu"
+    assert torch.device("npu:0").index == 0
+    assert torch._C._get_privateuse1_backend_name() == "npu"
+
+
+def test_import_is_idempotent():
+    before = len(npu_lab.claimed_ops())
+    importlib.reload(npu_lab)
+    npu_lab._registration.register()
+    assert len(npu_lab.claimed_ops()) == before
+    assert (torch.ones(2, device="npu") + 1).cpu().tolist() == [2.0, 2.0]
+
+
+def test_to_and_back():
+    x = torch.randn(3, 4)
+    a = x.to("npu")
+    assert a.device == torch.device("npu:0")
+    assert a.is_npu and not x.is_npu
+    assert torch.equal(a.cpu(), x)
+    assert torch.equal(x.npu().cpu(), x)
+    assert torch.equal(x.to("npu:0").to("cpu"), x)
+
+
+def test_dtype_conversion_on_move():
+    x = torch.arange(5)
+    a = x.to("npu", dtype=torch.float32)
+    assert a.dtype == torch.float32
+    assert a.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert a.to(torch.int32).cpu().dtype == torch.int32
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: torch.zeros(2, 3, device="npu"),
+        lambda: torch.ones(2, 3, device="npu"),
+        lambda: torch.full((2, 3), 7.5, device="npu"),
+        lambda: torch.empty(2, 3, device="npu").fill_(1.0),
+        lambda: torch.zeros_like(torch.ones(2, 3, device="npu")),
+        lambda: torch.ones_like(torch.ones(2, 3, device="npu")),
+    ],
+)
+def test_factories(factory):
+    t = factory()
+    assert t.device.type == "npu" and t.shape == (2, 3)
+    assert torch.isfinite(t.cpu()).all()
+
+
+def test_factory_values():
+    assert torch.full((2,), 3.0, device="npu").cpu().tolist() == [3.0, 3.0]
+    assert torch.zeros(3, dtype=torch.int64, device="npu").cpu().tolist() == [0, 0, 0]
+    assert torch.ones(2, dtype=torch.bool, device="npu").cpu().tolist() == [True, True]
+
+
+def test_model_to_npu():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    m.to("npu")
+    assert all(p.device.type == "npu" for p in m.parameters())
+    assert all(isinstance(p, torch.nn.Parameter) for p in m.parameters())
+    out = m(torch.randn(2, 4, device="npu"))
+    assert out.device.type == "npu" and out.shape == (2, 3)
+
+
+def test_torch_npu_module():
+    npu = torch.npu
+    assert npu.is_available() and npu.device_count() == 1
+    assert npu.current_device() == 0
+    npu.set_device(0)
+    npu.set_device("npu:0")
+    with npu.device(0):
+        assert npu.current_device() == 0
+    with pytest.raises(RuntimeError, match="Invalid device index"):
+        npu.set_device(1)
+    npu.synchronize()
+    props = npu.get_device_properties(0)
+    assert props["total_memory"] > 0
+
+
+def test_item_and_tolist():
+    t = torch.tensor([1.5, 2.5]).npu()
+    assert t.sum().item() == 4.0
+    assert t.tolist() == [1.5, 2.5]
+
+
+def test_printing():
+    t = torch.arange(4.0).npu()
+    assert repr(t) == "tensor([0., 1., 2., 3.], device='npu:0')"

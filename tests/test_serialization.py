@@ -1,0 +1,60 @@
+"""torch.save / torch.load / deepcopy of npu tensors and modules."""
+
+import copy
+import io
+
+import torch
+
+
+def _roundtrip(obj, **load_kwargs):
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return torch.load(buf, **load_kwargs)
+
+
+def test_tensor_roundtrip_stays_on_npu():
+    x = torch.randn(3, 4)
+    t = _roundtrip(x.npu())
+    assert t.device.type == "npu" and torch.equal(t.cpu(), x)
+
+
+def test_map_location_cpu():
+    x = torch.randn(5)
+    t = _roundtrip(x.npu(), map_location="cpu")
+    assert t.device.type == "cpu" and torch.equal(t, x)
+
+
+def test_map_location_npu_from_cpu_file():
+    x = torch.randn(6)
+    t = _roundtrip({"x": x, "v": x[1:4]}, map_location="npu")
+    assert t["x"].device.type == "npu" and torch.equal(t["x"].cpu(), x)
+    assert torch.equal(t["v"].cpu(), x[1:4])
+
+
+def test_state_dict_roundtrip():
+    m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).npu()
+    sd = _roundtrip(m.state_dict())
+    assert all(v.device.type == "npu" for v in sd.values())
+    m2 = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    m2.load_state_dict(_roundtrip(m.state_dict(), map_location="cpu"))
+    for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(a.cpu(), b), k
+
+
+def test_whole_module_and_requires_grad():
+    m = torch.nn.Linear(2, 2).npu()
+    m2 = _roundtrip(m, weights_only=False)
+    assert isinstance(m2.weight, torch.nn.Parameter) and m2.weight.requires_grad
+    assert m2.weight.device.type == "npu"
+    assert torch.equal(m2.weight.cpu(), m.weight.cpu())
+
+
+def test_deepcopy_model():
+    m = torch.nn.Linear(3, 2).npu()
+    m2 = copy.deepcopy(m)
+    assert m2.weight.device.type == "npu"
+    assert torch.equal(m2.weight.cpu(), m.weight.cpu())
+    with torch.no_grad():
+        m2.weight.add_(1)
+    assert not torch.equal(m2.weight.cpu(), m.weight.cpu())
