@@ -113,11 +113,3 @@ def int_trunc_div(a, b):
     if q < 0 and q * b != a:
         q += 1
     return q
-
-
-@_inline
-def remainder(a, b):
-    r = math.fmod(a, b)
-    if r != 0 and (r < 0) != (b < 0):
-        r += b
-    return r

@@ -154,3 +154,9 @@ def run_arange(out: torch.Tensor, start, step) -> None:
     from .common import launch
 
     launch("arange", out.numel(), 0, nbytes(out))
+
+
+@register("_efficientzerotensor")
+def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """Autograd's "known zero" gradient: the NPU materialises real zeros."""
+    return fill_value(empty(size, dtype or torch.get_default_dtype()), 0)

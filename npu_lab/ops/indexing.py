@@ -47,7 +47,8 @@ def masked_fill_(self, mask, value):
 
 @register("masked_fill.Scalar", "masked_fill.Tensor")
 def masked_fill(self, mask, value):
-    return masked_fill_(self.clone(), mask, value)
+    shape = torch.broadcast_shapes(self.shape, mask.shape)
+    return masked_fill_(self.expand(shape).clone(), mask, value)
 
 
 __all__ = ["NUMPY_DTYPES", "to_scalar"]

@@ -140,6 +140,11 @@ def _short(dtype: torch.dtype) -> str:
 # Registration helpers: one call registers the functional, in-place and out= forms.
 
 
+# ATen names the out= overloads of some operators differently.
+_TENSOR_OUT_NAMES = {"bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"}
+_SCALAR_OUT_NAMES = {"bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"}
+
+
 def _binary_family(base: str, template: Callable[[object], tuple[str, dict]] | str, *,
                    overloads: Sequence[str] = ("Tensor", "Scalar"), to_float: bool = False,
                    bool_result: bool = False, flops: float = 1.0, with_alpha: bool = False,
@@ -181,7 +186,12 @@ def _binary_family(base: str, template: Callable[[object], tuple[str, dict]] | s
         if inplace:
             register(f"{base}_.{ov}")(in_place)
     if out:
-        register(f"{base}.out" if "Tensor" in overloads else f"{base}.Scalar_out")(out_form)
+        if "Tensor" in overloads:
+            register(f"{base}.Tensor_out" if base in _TENSOR_OUT_NAMES else f"{base}.out")(out_form)
+            if "Scalar" in overloads and base in _SCALAR_OUT_NAMES:
+                register(f"{base}.Scalar_out")(out_form)
+        else:
+            register(f"{base}.out")(out_form)
 
 
 def _alpha(op: str) -> Callable[[object], tuple[str, dict]]:
@@ -202,16 +212,16 @@ _binary_family("maximum", "max({0}, {1}) if {0} == {0} and {1} == {1} else {0} +
 _binary_family("minimum", "min({0}, {1}) if {0} == {0} and {1} == {1} else {0} + {1}",
                overloads=("default",), inplace=False, out=False)
 _binary_family("logical_and", "({0} != 0) and ({1} != 0)", overloads=("default",),
-               bool_result=True, inplace=False, out=False)
+               bool_result=True, inplace=False)
 _binary_family("logical_or", "({0} != 0) or ({1} != 0)", overloads=("default",),
-               bool_result=True, inplace=False, out=False)
+               bool_result=True, inplace=False)
 _binary_family("logical_xor", "({0} != 0) != ({1} != 0)", overloads=("default",),
-               bool_result=True, inplace=False, out=False)
+               bool_result=True, inplace=False)
 _binary_family("bitwise_and", "{0} & {1}", overloads=("Tensor", "Scalar"))
 _binary_family("bitwise_or", "{0} | {1}", overloads=("Tensor", "Scalar"))
 _binary_family("bitwise_xor", "{0} ^ {1}", overloads=("Tensor", "Scalar"))
 for _cmp, _sym in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">=")):
-    _binary_family(_cmp, f"{{0}} {_sym} {{1}}", bool_result=True, inplace=False, out=False)
+    _binary_family(_cmp, f"{{0}} {_sym} {{1}}", bool_result=True, inplace=False)
 
 
 @register("rsub.Tensor", "rsub.Scalar")
@@ -246,11 +256,10 @@ def div_mode_(self, other, *, rounding_mode=None):
     return _div_mode(self, other, rounding_mode, out=self, inplace=True)
 
 
-@register("remainder.Tensor", "remainder.Scalar")
+@register("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor")
 def remainder(self, other):
-    dtype = _promote((self, other))
-    t = "remainder({0}, {1})" if dtype.is_floating_point else "{0} % {1}"
-    return pointwise("remainder", t, (self, other))
+    # numba's % follows Python: the result takes the divisor's sign, as in PyTorch
+    return pointwise("remainder", "{0} % {1}", (self, other))
 
 
 # pow: three overloads with different argument kinds

@@ -42,4 +42,13 @@ for _name, _op in {
 
 @register("as_strided_")
 def as_strided_(self, size, stride, storage_offset=None):
-    return private.meta_redispatch(aten.as_strided_.default, self, size, stride, storage_offset)
+    """In-place geometry change (``squeeze_``, ``t_``, ``unsqueeze_`` end here).
+
+    The storage objects of npu tensors report zero bytes to PyTorch (the bytes
+    live in the simulated memory), so this re-points the tensor at its own
+    storage with ``set_``, whose Meta kernel does not bounds-check them.
+    """
+    offset = self.storage_offset() if storage_offset is None else storage_offset
+    return private.meta_redispatch(
+        aten.set_.source_Storage_storage_offset, self, self.untyped_storage(), offset, size, stride
+    )
