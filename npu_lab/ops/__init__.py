@@ -3,5 +3,15 @@
 Importing this package registers every kernel with the dispatcher.
 """
 
-from . import copy, factories, indexing, linalg, losses, pointwise, random, reductions, views  # noqa: F401
+from . import (  # noqa: F401  (each module registers its kernels on import)
+    copy,
+    factories,
+    indexing,
+    linalg,
+    losses,
+    pointwise,
+    random,
+    reductions,
+    views,
+)
 from .registry import CLAIMED, claimed_ops  # noqa: F401

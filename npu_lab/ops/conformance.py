@@ -216,8 +216,8 @@ def check_opinfo(name: str, op=None, dtypes: Iterable[torch.dtype] | None = None
                     _compare(expected, actual, rtol, atol)
                 checked = False
                 if want_grad and name not in RANDOM_OPS:
-                    g_cpu = _grads(lambda *a: op(*a, **kwargs), args, "cpu")
-                    g_npu = _grads(lambda *a: op(*a, **npu_kwargs), npu_args, "npu")
+                    g_cpu = _grads(lambda *a, kw=kwargs: op(*a, **kw), args, "cpu")
+                    g_npu = _grads(lambda *a, kw=npu_kwargs: op(*a, **kw), npu_args, "npu")
                     for gc, gn in zip(g_cpu, g_npu):
                         if gc is None or gn is None:
                             assert gc is None and gn is None, "gradient missing on one device"
