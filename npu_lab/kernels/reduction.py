@@ -141,3 +141,13 @@ def softmax_backward_rows(grad, out, result, log):
                 s += grad[r, j] * out[r, j]
             for j in range(grad.shape[1]):
                 result[r, j] = out[r, j] * (grad[r, j] - s)
+
+
+@numba.njit(parallel=True, **_opts)
+def count_nonzero_rows(x, out):
+    for r in prange(x.shape[0]):
+        n = 0
+        for j in range(x.shape[1]):
+            if x[r, j] != 0:
+                n += 1
+        out[r] = n

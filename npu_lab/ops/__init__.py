@@ -4,8 +4,10 @@ Importing this package registers every kernel with the dispatcher.
 """
 
 from . import (  # noqa: F401  (each module registers its kernels on import)
+    attention,
     copy,
     factories,
+    fused,
     indexing,
     linalg,
     losses,

@@ -49,17 +49,12 @@ def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     """out[:] = a @ b with the tiled numba kernel (out must be contiguous)."""
     m, k = a.shape
     n = b.shape[1]
-    tm, tn, tk = tiles.get((m, n, k), tiles["default"])
     c = as_array(out)
     if m and n:
         if k == 0:
             c[...] = 0
         else:
-            a_ = as_array(_contig(a))
-            if not b.is_contiguous() and b.t().is_contiguous():
-                mk.mm_nt(a_, as_array(b.t()), c, tm, tn, tk)
-            else:
-                mk.mm_nn(a_, as_array(_contig(b)), c, tm, tn, tk)
+            mk.mm(as_array(_contig(a)), as_array(_contig(b)), c, tiles.get((m, n, k), tiles["default"]))
     launch("mm", 2.0 * m * n * k, nbytes(a) + nbytes(b), nbytes(out))
     return out
 
@@ -144,8 +139,7 @@ def bmm(self, mat2):
         if k == 0:
             c[...] = 0
         else:
-            tm, tn, tk = tiles["default"]
-            mk.bmm_nn(as_array(_contig(self)), as_array(_contig(mat2)), c, tm, tn, tk)
+            mk.bmm(as_array(_contig(self)), as_array(_contig(mat2)), c, tiles["default"])
     launch("bmm", 2.0 * bsz * m * n * k, nbytes(self) + nbytes(mat2), nbytes(out))
     return out
 

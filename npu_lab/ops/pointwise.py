@@ -462,6 +462,14 @@ def clamp_max_inplace(self, max):
     return _clamp(self, None, max, out=self, inplace=True)
 
 
+@register("where.self_out")
+def where_out(condition, self, other, *, out):
+    res = where(condition, self, other)
+    resize_out(out, res.shape)
+    device_copy(out, res)
+    return out
+
+
 @register("where.self")
 def where(condition, self, other):
     """``where``: the condition keeps its bool dtype; the values are promoted."""
@@ -559,3 +567,13 @@ def isfinite(self):
     if not self.is_floating_point():
         return pointwise("isfinite", "{0} == {0}", (self,), bool_result=True)
     return pointwise("isfinite", "abs({0}) < math.inf", (self,), bool_result=True)
+
+
+@register("isneginf", "isneginf.out")
+def isneginf(self, *, out=None):
+    return pointwise("isneginf", "{0} == -math.inf", (self,), bool_result=True, out=out)
+
+
+@register("isposinf", "isposinf.out")
+def isposinf(self, *, out=None):
+    return pointwise("isposinf", "{0} == math.inf", (self,), bool_result=True, out=out)

@@ -298,3 +298,50 @@ def softmax_backward(grad_output, output, dim, input_dtype):
 @register("_log_softmax_backward_data")
 def log_softmax_backward(grad_output, output, dim, input_dtype):
     return _softmax_bwd(grad_output, output, dim, True)
+
+
+def _all_any(t: torch.Tensor, dim, keepdim: bool, is_all: bool, out: torch.Tensor | None = None):
+    check_same_device("aten::all" if is_all else "aten::any", t)
+    dims = _dims(t, dim)
+    rows, kept, keep_shape = _rows(t, dims, torch.int64 if t.dtype == torch.bool else t.dtype)
+    nz = np.empty(rows.shape[0], dtype=np.int64)
+    rk.count_nonzero_rows(rows, nz)
+    res = nz == rows.shape[1] if is_all else nz > 0
+    shape = keep_shape if keepdim else kept
+    if out is None:
+        out = empty(shape, torch.bool)
+    else:
+        resize_out(out, shape)
+    as_array(out)[...] = res.reshape(as_array(out).shape)
+    launch("all" if is_all else "any", rows.size, nbytes(t), nbytes(out))
+    return out
+
+
+@register("all")
+def all_full(self):
+    return _all_any(self, None, False, True)
+
+
+@register("any")
+def any_full(self):
+    return _all_any(self, None, False, False)
+
+
+@register("all.dim", "all.dims")
+def all_dim(self, dim=None, keepdim=False):
+    return _all_any(self, dim, keepdim, True)
+
+
+@register("any.dim", "any.dims")
+def any_dim(self, dim=None, keepdim=False):
+    return _all_any(self, dim, keepdim, False)
+
+
+@register("all.out", "all.all_out")
+def all_out(self, dim=None, keepdim=False, *, out):
+    return _all_any(self, dim, keepdim, True, out=out)
+
+
+@register("any.out", "any.all_out")
+def any_out(self, dim=None, keepdim=False, *, out):
+    return _all_any(self, dim, keepdim, False, out=out)

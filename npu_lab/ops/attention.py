@@ -1,0 +1,119 @@
+"""Scaled-dot-product attention on the NPU through PyTorch's "overrideable" hook.
+
+``F.scaled_dot_product_attention`` asks the device which implementation to use
+(``aten::_fused_sdp_choice``). The NPU answers ``OVERRIDEABLE`` when its fused
+kernel can handle the call (no dropout, same number of query and key heads) and
+``MATH`` otherwise, in which case PyTorch composes attention from matmul,
+softmax and friends, which the NPU also runs. The fused kernel is registered
+as ``aten::_scaled_dot_product_fused_attention_overrideable`` (+ backward), the
+slot PyTorch keeps for out-of-tree accelerators.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..kernels import attention as ak
+from .common import as_array, check_same_device, empty, launch, nbytes
+from .registry import register
+
+MATH, OVERRIDEABLE = 0, 4
+
+
+def _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
+    if dropout_p > 0.0 or query.dim() not in (3, 4):
+        return False
+    if key.dim() != query.dim() or value.dim() != query.dim():
+        return False
+    if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
+        return False  # grouped-query attention and broadcasting go the math way
+    if query.dtype not in (torch.float32, torch.float64):
+        return False
+    return attn_mask is None or attn_mask.device.type == "npu"
+
+
+@register("_fused_sdp_choice")
+def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
+                     scale=None, enable_gqa=False):
+    return OVERRIDEABLE if _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) else MATH
+
+
+def _groups(t: torch.Tensor) -> np.ndarray:
+    """(B, H, L, E) or (H, L, E) -> contiguous (G, L, E) float array."""
+    t = t.contiguous()
+    return as_array(t).reshape(-1, t.shape[-2], t.shape[-1])
+
+
+def _bias(attn_bias, q: torch.Tensor, k: torch.Tensor):
+    lead = q.shape[:-2]
+    shape = (*lead, q.shape[-2], k.shape[-2])
+    if attn_bias is None:
+        return np.zeros((1, 1, 1), dtype=as_array(q).dtype), False
+    b = as_array(attn_bias)
+    if b.dtype == np.bool_:
+        b = np.where(b, 0.0, -np.inf).astype(as_array(q).dtype)
+    b = np.ascontiguousarray(np.broadcast_to(b, shape)).reshape(-1, shape[-2], shape[-1])
+    return b, True
+
+
+def _scale(scale, q: torch.Tensor) -> float:
+    return float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+
+
+@register("_scaled_dot_product_fused_attention_overrideable")
+def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
+               return_debug_mask=False, *, scale=None):
+    check_same_device("aten::scaled_dot_product_attention", query, key, value, attn_bias)
+    if dropout_p > 0:
+        raise RuntimeError("the npu fused attention kernel does not implement dropout")
+    q, k, v = _groups(query), _groups(key), _groups(value)
+    bias, has_bias = _bias(attn_bias, query, key)
+    out_shape = (*query.shape[:-1], value.shape[-1])
+    out = empty(out_shape, query.dtype)
+    lead = query.shape[:-2] if query.dim() == 4 else (1, query.shape[0])
+    lse = empty((*lead, query.shape[-2]), torch.float32)
+    lse_buf = np.empty(q.shape[:2], dtype=np.float64)
+    ak.forward(q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query),
+               as_array(out).reshape(q.shape[0], q.shape[1], -1), lse_buf)
+    as_array(lse)[...] = lse_buf.reshape(as_array(lse).shape)
+    g, length, e = q.shape
+    s = k.shape[1]
+    launch("fused_attention", 4.0 * g * length * s * e, nbytes(query) + nbytes(key) + nbytes(value),
+           nbytes(out) + nbytes(lse))
+    z = empty((), torch.int64).zero_()
+    return out, lse, empty((0,), torch.int64), empty((0,), torch.int64), length, s, z, z.clone(), \
+        empty((0,), query.dtype)
+
+
+@register("_scaled_dot_product_fused_attention_overrideable_backward")
+def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp,
+                        cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
+                        philox_offset, *, scale=None):
+    check_same_device("aten::scaled_dot_product_attention_backward", grad_out, query, key, value)
+    q, k, v = _groups(query), _groups(key), _groups(value)
+    do, o = _groups(grad_out), _groups(out)
+    bias, has_bias = _bias(attn_bias, query, key)
+    lse = as_array(logsumexp.contiguous()).reshape(q.shape[0], q.shape[1]).astype(np.float64)
+    dq, dk, dv = empty(query.shape, query.dtype), empty(key.shape, key.dtype), empty(value.shape, value.dtype)
+    dbias = np.empty((q.shape[0], q.shape[1], k.shape[1]), dtype=q.dtype)
+    ak.backward(do, q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), o, lse,
+                as_array(dq).reshape(q.shape), as_array(dk).reshape(k.shape),
+                as_array(dv).reshape(v.shape), dbias)
+    grad_bias = None
+    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
+        full = dbias.reshape(*query.shape[:-1], key.shape[-2])
+        # sum over dimensions the bias was broadcast along
+        b = as_array(attn_bias)
+        lead = full.ndim - b.ndim
+        red = tuple(range(lead)) + tuple(i + lead for i, n in enumerate(b.shape) if n == 1)
+        summed = full.sum(axis=red, keepdims=True).reshape(b.shape) if red else full
+        grad_bias = empty(attn_bias.shape, attn_bias.dtype)
+        as_array(grad_bias)[...] = summed
+    g, length, e = q.shape
+    s = k.shape[1]
+    launch("fused_attention_backward", 10.0 * g * length * s * e,
+           3 * nbytes(query) + nbytes(key) + nbytes(value), nbytes(query) + nbytes(key) + nbytes(value))
+    return dq, dk, dv, grad_bias

@@ -1,0 +1,113 @@
+"""Fused NPU operators in their own ``npu`` library namespace.
+
+These are the kernels the compiler's fusion passes rewrite graphs into. Each
+is a ``torch.library.custom_op`` with an ``npu`` implementation, a fake
+(meta) implementation so ``torch.compile`` can trace through it, and an
+autograd formula, so it behaves like any ATen operator:
+
+* ``torch.ops.npu.linear_relu(x, weight, bias)``: ``relu(x @ weight.T + bias)``
+  in one kernel; the bias add and the ReLU happen as each output tile is
+  written (a matmul *epilogue*), so the pre-activation never reaches memory.
+* ``torch.ops.npu.fused_attention(q, k, v, attn_mask, is_causal, scale)``:
+  scaled-dot-product attention in one pass per query row, returning the
+  output and the log-sum-exp the backward needs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kernels import matmul as mk
+from .common import as_array, check_same_device, empty, launch, nbytes
+from .linalg import _contig, tiles
+
+
+@torch.library.custom_op("npu::linear_relu", mutates_args=(), device_types="npu")
+def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """relu(x @ weight.T + bias) with the bias and ReLU fused into the matmul."""
+    check_same_device("npu::linear_relu", x, weight, bias)
+    lead = x.shape[:-1]
+    x2 = _contig(x.reshape(-1, x.shape[-1]))
+    m, k = x2.shape
+    n = weight.shape[0]
+    out = empty((m, n), x.dtype)
+    wt = _contig(weight.t())
+    if bias is not None:
+        mk.mm(as_array(x2), as_array(wt), as_array(out), tiles.get((m, n, k), tiles["default"]),
+              epilogue="bias_relu", bias=as_array(_contig(bias)))
+    else:
+        mk.mm(as_array(x2), as_array(wt), as_array(out), tiles.get((m, n, k), tiles["default"]),
+              epilogue="relu")
+    launch("linear_relu", 2.0 * m * n * k + 2.0 * m * n, nbytes(x) + nbytes(weight), nbytes(out))
+    return out.reshape(*lead, n)
+
+
+@linear_relu.register_fake
+def _(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _linear_relu_setup(ctx, inputs, output):
+    x, weight, bias = inputs
+    ctx.save_for_backward(x, weight, output)
+    ctx.has_bias = bias is not None
+
+
+def _linear_relu_backward(ctx, grad):
+    x, weight, out = ctx.saved_tensors
+    g = grad * (out > 0)
+    g2 = g.reshape(-1, g.shape[-1])
+    grad_x = (g2 @ weight).reshape(x.shape)
+    grad_w = g2.t() @ x.reshape(-1, x.shape[-1])
+    grad_b = g2.sum(0) if ctx.has_bias else None
+    return grad_x, grad_w, grad_b
+
+
+linear_relu.register_autograd(_linear_relu_backward, setup_context=_linear_relu_setup)
+
+
+@torch.library.custom_op("npu::fused_attention", mutates_args=(), device_types="npu")
+def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
+                    is_causal: bool, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled-dot-product attention in one kernel: returns (output, logsumexp)."""
+    res = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        q, k, v, attn_mask, 0.0, is_causal, False, scale=scale
+    )
+    return res[0], res[1]
+
+
+@fused_attention.register_fake
+def _(q, k, v, attn_mask, is_causal, scale):
+    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    lead = q.shape[:-2] if q.dim() == 4 else (1, q.shape[0])
+    return out, q.new_empty((*lead, q.shape[-2]), dtype=torch.float32)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, attn_mask, is_causal, scale = inputs
+    ctx.save_for_backward(q, k, v, attn_mask, output[0], output[1])
+    ctx.is_causal, ctx.scale = is_causal, scale
+
+
+def _attention_backward(ctx, grad_out, grad_lse):
+    q, k, v, attn_mask, out, lse = ctx.saved_tensors
+    empty_i64 = empty((0,), torch.int64)
+    z = torch.zeros((), dtype=torch.int64, device=q.device)
+    dq, dk, dv, dmask = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(
+        grad_out, q, k, v, attn_mask, [True, True, True, attn_mask is not None], out, lse,
+        empty_i64, empty_i64, q.shape[-2], k.shape[-2], 0.0, ctx.is_causal, z, z, scale=ctx.scale,
+    )
+    return dq, dk, dv, dmask, None, None
+
+
+fused_attention.register_autograd(_attention_backward, setup_context=_attention_setup)
+
+
+def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                                 attn_mask: torch.Tensor | None = None, is_causal: bool = False,
+                                 scale: float | None = None) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` through the NPU's fused kernel (no dropout)."""
+    return torch.ops.npu.fused_attention(q, k, v, attn_mask, is_causal, scale)[0]
+
+
+__all__ = ["fused_attention", "linear_relu", "scaled_dot_product_attention"]

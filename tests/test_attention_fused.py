@@ -1,0 +1,107 @@
+"""Fused NPU kernels (npu:: namespace), attention, and the tiled matmul."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.library import opcheck
+
+from npu_lab.kernels import matmul as mk
+from npu_lab.ops.fused import scaled_dot_product_attention as fused_sdpa
+
+
+def _grads_match(fn_cpu, fn_npu, *inputs, atol=1e-5):
+    cpu = [t.clone().requires_grad_() for t in inputs]
+    npu = [t.to("npu").requires_grad_() for t in inputs]
+    ref = fn_cpu(*cpu)
+    out = fn_npu(*npu)
+    torch.testing.assert_close(out.detach().cpu(), ref.detach(), rtol=1e-5, atol=atol)
+    g = torch.randn(ref.shape)
+    ref.backward(g)
+    out.backward(g.to("npu"))
+    for a, b in zip(npu, cpu):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=1e-4, atol=atol)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_relu(bias):
+    x, w, b = torch.randn(6, 10), torch.randn(7, 10), torch.randn(7)
+    if bias:
+        _grads_match(lambda x, w, b: F.relu(F.linear(x, w, b)),
+                     lambda x, w, b: torch.ops.npu.linear_relu(x, w, b), x, w, b)
+    else:
+        _grads_match(lambda x, w: F.relu(F.linear(x, w)),
+                     lambda x, w: torch.ops.npu.linear_relu(x, w, None), x, w)
+
+
+def test_linear_relu_passes_opcheck():
+    args = (torch.randn(4, 5, device="npu"), torch.randn(3, 5, device="npu"), torch.randn(3, device="npu"))
+    result = opcheck(torch.ops.npu.linear_relu, args)
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_fused_attention_matches_math(causal):
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 4)
+    _grads_match(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                 lambda q, k, v: fused_sdpa(q, k, v, is_causal=causal), q, k, v)
+
+
+def test_fused_attention_masks_and_scale():
+    q, k, v = torch.randn(2, 2, 4, 6), torch.randn(2, 2, 7, 6), torch.randn(2, 2, 7, 6)
+    bias = torch.randn(2, 1, 4, 7)
+    _grads_match(lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3),
+                 lambda q, k, v, m: fused_sdpa(q, k, v, m, scale=0.3), q, k, v, bias)
+    keep = torch.rand(4, 7) > 0.4
+    keep[:, 0] = True
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    out = fused_sdpa(q.npu(), k.npu(), v.npu(), keep.npu())
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_functional_on_npu_uses_fused_kernel_when_asked():
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(1, 2, 3, 4)
+    with sdpa_kernel(SDPBackend.OVERRIDEABLE):
+        out = F.scaled_dot_product_attention(q.npu(), q.npu(), q.npu())
+    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, q, q), rtol=1e-5, atol=1e-5)
+    assert torch.ops.aten._fused_sdp_choice(q.npu(), q.npu(), q.npu()) == int(SDPBackend.OVERRIDEABLE)
+    assert torch.ops.aten._fused_sdp_choice(q.npu(), q.npu(), q.npu(), dropout_p=0.1) == int(SDPBackend.MATH)
+
+
+@pytest.mark.parametrize("tiles", [(4, 32), (8, 128), (8, 7), (4, 256)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 9), (37, 50, 29), (64, 64, 64), (130, 70, 300)])
+def test_matmul_tiles(tiles, shape):
+    m, k, n = shape
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out = np.empty((m, n), np.float32)
+    mk.mm(a, b, out, tiles)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("epilogue", ["bias", "relu", "bias_relu"])
+def test_matmul_epilogues(epilogue):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((33, 20), dtype=np.float32)
+    b = rng.standard_normal((20, 17), dtype=np.float32)
+    bias = rng.standard_normal(17, dtype=np.float32)
+    out = np.empty((33, 17), np.float32)
+    mk.mm(a, b, out, epilogue=epilogue, bias=bias)
+    ref = a @ b + (bias if "bias" in epilogue else 0)
+    ref = np.maximum(ref, 0) if "relu" in epilogue else ref
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_source_is_printable():
+    src = mk.source(8, "bias_relu")
+    assert "prange" in src and "max(v + bias[j0 + j], 0.0)" in src
+
+
+def test_large_matmul_parallel_path():
+    a, b = torch.randn(256, 300), torch.randn(300, 200)
+    torch.testing.assert_close((a.npu() @ b.npu()).cpu(), a @ b, rtol=1e-4, atol=1e-3)
+    x, y = torch.randn(4, 64, 96), torch.randn(4, 96, 80)
+    torch.testing.assert_close(torch.bmm(x.npu(), y.npu()).cpu(), torch.bmm(x, y), rtol=1e-4, atol=1e-3)
