@@ -98,6 +98,27 @@ def resize_out(out: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     return out
 
 
+def broadcast_shape(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """Broadcast shapes like ``torch.broadcast_shapes`` (a fast path for kernels)."""
+    if len(shapes) == 1:
+        return tuple(shapes[0])
+    nd = max(len(s) for s in shapes)
+    out = [1] * nd
+    for s in shapes:
+        off = nd - len(s)
+        for i, n in enumerate(s):
+            cur = out[off + i]
+            if n != cur:
+                if cur == 1:
+                    out[off + i] = n
+                elif n != 1:
+                    raise RuntimeError(
+                        f"The size of tensor a ({cur}) must match the size of tensor b ({n}) at "
+                        f"non-singleton dimension {off + i}"
+                    )
+    return tuple(out)
+
+
 def _np_scalar(value: object, dtype: torch.dtype) -> object:
     return NUMPY_DTYPES[dtype](value)
 

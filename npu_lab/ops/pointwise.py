@@ -16,6 +16,7 @@ import torch
 from ..kernels import elementwise
 from .common import (
     NUMPY_DTYPES,
+    broadcast_shape,
     check_same_device,
     empty,
     resize_out,
@@ -100,17 +101,17 @@ def pointwise(
         scalar_names.append(key)
         scalar_values.append(np_type(v))
     shapes = [tuple(t.shape) for t in tensors]
-    shape = shapes[0] if len(set(shapes)) <= 1 and shapes else tuple(torch.broadcast_shapes(*shapes))
+    shape = shapes[0] if len(set(shapes)) <= 1 and shapes else broadcast_shape(*shapes)
     result_dtype = torch.bool if bool_result else dtype
     if out is None:
         out = empty(shape, result_dtype)
     else:
         if inplace:
-            grown = tuple(torch.broadcast_shapes(out.shape, shape))
+            grown = broadcast_shape(out.shape, shape)
             if tuple(out.shape) != shape and grown != tuple(out.shape):
                 raise RuntimeError(
                     f"output with shape {list(out.shape)} doesn't match the broadcast shape "
-                    f"{list(torch.broadcast_shapes(out.shape, shape))}"
+                    f"{list(grown)}"
                 )
             shape = tuple(out.shape)
         else:
@@ -208,9 +209,9 @@ _binary_family("sub", _alpha("-"), with_alpha=True)
 _binary_family("mul", "{0} * {1}")
 _binary_family("div", "{0} / {1}", to_float=True)
 _binary_family("maximum", "max({0}, {1}) if {0} == {0} and {1} == {1} else {0} + {1}",
-               overloads=("default",), inplace=False, out=False)
+               overloads=("default",), inplace=False)
 _binary_family("minimum", "min({0}, {1}) if {0} == {0} and {1} == {1} else {0} + {1}",
-               overloads=("default",), inplace=False, out=False)
+               overloads=("default",), inplace=False)
 _binary_family("logical_and", "({0} != 0) and ({1} != 0)", overloads=("default",),
                bool_result=True, inplace=False)
 _binary_family("logical_or", "({0} != 0) or ({1} != 0)", overloads=("default",),
