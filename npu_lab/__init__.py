@@ -15,6 +15,7 @@ from .device import registration as _registration
 
 _registration.register()
 
+from . import compiler  # noqa: E402  (registers torch.compile(backend="npu"))
 from .device.clock import CostModel, cost_model  # noqa: E402
 from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
 from .device.fallback import report as fallback_report  # noqa: E402
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CostModel",
+    "compiler",
     "claimed_ops",
     "cost_model",
     "cpu_fallback_enabled",

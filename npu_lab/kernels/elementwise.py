@@ -38,7 +38,8 @@ from npu_lab.kernels.scalar_math import *  # noqa: F401,F403
 '''
 
 
-def _flat_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool) -> str:
+def _flat_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool,
+             prelude: Sequence[str] = ()) -> str:
     outs = [f"out{k}" for k in range(len(exprs))]
     params = ", ".join(outs + [f"in{i}" for i in range(n_in)] + list(scalars))
     loop = "prange" if parallel else "range"
@@ -48,11 +49,13 @@ def _flat_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[st
         f"    for i in {loop}(out0.shape[0]):",
     ]
     lines += [f"        x{i} = in{i}[i]" for i in range(n_in)]
+    lines += [f"        {stmt}" for stmt in prelude]
     lines += [f"        out{k}[i] = {e}" for k, e in enumerate(exprs)]
     return "\n".join(lines) + "\n"
 
 
-def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool) -> str:
+def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool,
+                prelude: Sequence[str] = ()) -> str:
     ops = [f"out{k}" for k in range(len(exprs))] + [f"in{i}" for i in range(n_in)]
     params = ["shape"]
     for o in ops:
@@ -80,6 +83,7 @@ def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence
     lines += [f"        s_{o} = {o}_st[nd - 1]" for o in ops]
     lines += ["        for j in range(inner):"]
     lines += [f"            x{i} = in{i}[p_in{i} + j * s_in{i}]" for i in range(n_in)]
+    lines += [f"            {stmt}" for stmt in prelude]
     lines += [f"            out{k}[p_out{k} + j * s_out{k}] = {e}" for k, e in enumerate(exprs)]
     return "\n".join(lines) + "\n"
 
@@ -102,12 +106,15 @@ class ElementwiseKernel:
         n_inputs: how many tensor inputs the expressions read (``x0``...).
         exprs: one scalar expression per output.
         scalars: names of scalar arguments the expressions use.
+        prelude: statements run per element before the outputs are written
+            (the compiler's fused kernels compute shared temporaries here).
     """
 
     name: str
     n_inputs: int
     exprs: tuple[str, ...]
     scalars: tuple[str, ...] = ()
+    prelude: tuple[str, ...] = ()
     _mod: object = field(default=None, repr=False)
 
     @property
@@ -115,9 +122,9 @@ class ElementwiseKernel:
         """The generated Python/numba source of this kernel."""
         parts = [_HEADER.format(name=self.name)]
         for fn, par in (("flat", False), ("flat_par", True)):
-            parts.append(_flat_fn(fn, self.n_inputs, self.scalars, self.exprs, par))
+            parts.append(_flat_fn(fn, self.n_inputs, self.scalars, self.exprs, par, self.prelude))
         for fn, par in (("strided", False), ("strided_par", True)):
-            parts.append(_strided_fn(fn, self.n_inputs, self.scalars, self.exprs, par))
+            parts.append(_strided_fn(fn, self.n_inputs, self.scalars, self.exprs, par, self.prelude))
         return "\n\n".join(parts)
 
     @property

@@ -1,0 +1,26 @@
+"""The NPU compiler: a ``torch.compile`` backend named ``"npu"``.
+
+    compiled = torch.compile(model, backend="npu")
+    compiled = torch.compile(model, backend="npu", options={"pointwise_fusion": False})
+
+After a compile, :func:`last_compile` returns what happened: the Dynamo graph,
+and for each ATen graph (forward/backward/inference) the code after every
+pass and the fused kernels generated.
+"""
+
+from __future__ import annotations
+
+from torch._dynamo import register_backend
+
+from . import autotune, passes
+from .backend import compile_graph, decompositions, npu_backend, reset, stats
+from .config import CompilerConfig, config
+from .record import CompileRecord, GraphRecord, PassSnapshot, last_compile
+
+if "npu" not in __import__("torch")._dynamo.list_backends(exclude_tags=()):
+    register_backend(name="npu")(npu_backend)
+
+__all__ = [
+    "CompileRecord", "CompilerConfig", "GraphRecord", "PassSnapshot", "autotune", "compile_graph",
+    "config", "decompositions", "last_compile", "npu_backend", "passes", "reset", "stats",
+]

@@ -1,0 +1,165 @@
+"""``torch.compile(model, backend="npu")``: Dynamo -> AOTAutograd -> NPU passes -> kernels.
+
+1. **Dynamo** hands the backend an FX graph of torch-level calls and example inputs.
+   If every input is a CPU tensor, the backend inserts copies to ``npu`` at the
+   start and back to the CPU at the end (parameters included: keep models on
+   ``npu`` to avoid paying that on every call). The attention rewrite runs here.
+2. **AOTAutograd** traces the graph down to ATen operators, splits it into a
+   forward and a backward graph (or one inference graph), and decomposes
+   operators the NPU has no kernel for into ones it has.
+3. Each ATen graph goes through the **passes** (:mod:`npu_lab.compiler.passes`),
+   each recorded for inspection, then runs as an FX ``GraphModule`` whose nodes
+   are NPU kernels: ATen operators dispatched to the npu device, fused
+   operators from the ``npu`` namespace, and generated fused numba kernels.
+
+Compiled graphs are cached by graph code and input signature, so a recompile
+that produces an identical graph (or a second model with the same structure)
+skips the passes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
+
+from ..ops.registry import CLAIMED
+from . import autotune
+from .config import CompilerConfig, config
+from .passes import PIPELINE
+from .passes.pattern_fusion import fuse_attention
+from .record import CompileRecord, GraphRecord, PassSnapshot, history
+
+_cache: dict[str, torch.fx.GraphModule] = {}
+stats = {"graphs_compiled": 0, "cache_hits": 0, "backend_calls": 0}
+
+
+def decompositions() -> dict:
+    """PyTorch's core ATen decompositions, minus every operator the NPU runs natively."""
+    table = {}
+    for op, fn in torch._decomp.core_aten_decompositions().items():
+        if not isinstance(op, torch._ops.OpOverload):
+            continue
+        name = op._schema.name
+        qualified = name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+        if qualified not in CLAIMED:
+            table[op] = fn
+    return table
+
+
+def _signature(inputs: Sequence[object]) -> str:
+    parts = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            parts.append(f"{x.device.type}:{x.dtype}:{tuple(x.shape)}:{x.stride()}")
+        else:
+            parts.append(repr(type(x)))
+    return ";".join(parts)
+
+
+def _snapshot(name: str, gm: torch.fx.GraphModule, changes: list[str]) -> PassSnapshot:
+    graph = torch.fx.Graph()
+    graph.graph_copy(gm.graph, {})
+    return PassSnapshot(name, gm.code, graph, changes)
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], kind: str,
+                  cfg: CompilerConfig, record: CompileRecord | None = None) -> torch.fx.GraphModule:
+    """Run the NPU passes over one ATen graph and return the runnable module."""
+    graph_record = GraphRecord(kind)
+    if record is not None:
+        record.graphs.append(graph_record)
+    key = hashlib.sha1(f"{kind}|{gm.code}|{_signature(example_inputs)}|{cfg}".encode()).hexdigest()
+    if cfg.cache and key in _cache:
+        stats["cache_hits"] += 1
+        graph_record.cache_hit = True
+        cached = _cache[key]
+        graph_record.snapshots.append(_snapshot("cached", cached, ["reused a compiled graph"]))
+        graph_record.kernels = [n.meta["fused"] for n in cached.graph.nodes if "fused" in n.meta]
+        return cached
+    graph_record.snapshots.append(_snapshot("input", gm, []))
+    for switch, run in PIPELINE:
+        if getattr(cfg, switch):
+            changes = run(gm)
+            graph_record.snapshots.append(_snapshot(switch, gm, changes))
+    if cfg.autotune:
+        tried = autotune.tune_graph(gm)
+        graph_record.snapshots.append(_snapshot("autotune", gm, tried))
+    graph_record.kernels = [n.meta["fused"] for n in gm.graph.nodes if "fused" in n.meta]
+    stats["graphs_compiled"] += 1
+    if cfg.cache:
+        _cache[key] = gm
+    return gm
+
+
+def _move_to_npu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Wrap a CPU graph: inputs copied to npu first, tensor outputs copied back."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op == "placeholder":
+            with graph.inserting_after(node):
+                moved = graph.call_function(_to_npu, (node,))
+            node.replace_all_uses_with(moved, delete_user_cb=lambda u, m=moved: u is not m)
+        elif node.op == "output":
+            with graph.inserting_before(node):
+                outs = torch.fx.node.map_arg(node.args[0], lambda n: graph.call_function(_to_cpu, (n,)))
+            node.args = (outs,)
+    graph.lint()
+    gm.recompile()
+    return gm
+
+
+def _to_npu(x: object) -> object:
+    return x.to("npu") if isinstance(x, torch.Tensor) else x
+
+
+def _to_cpu(x: object) -> object:
+    return x.to("cpu") if isinstance(x, torch.Tensor) else x
+
+
+def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
+                options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
+    """The ``npu`` backend for ``torch.compile`` (see the module docstring)."""
+    cfg = config.replace(options)
+    stats["backend_calls"] += 1
+    record = CompileRecord(gm.code, _copy_graph(gm), dict(options or {}))
+    history.append(record)
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    if tensors and all(t.device.type == "cpu" for t in tensors):
+        gm = _move_to_npu(gm)
+        record.moved_from_cpu = True
+    if cfg.pattern_fusion:
+        fuse_attention(gm)
+
+    def make(kind: str):
+        def compiler(graph: torch.fx.GraphModule, inputs: Sequence[object]):
+            compiled = compile_graph(graph, inputs, kind, cfg, record)
+            return make_boxed_func(compiled.forward)
+
+        return compiler
+
+    return aot_autograd(
+        fw_compiler=make("forward"),
+        bw_compiler=make("backward"),
+        inference_compiler=make("inference"),
+        decompositions=decompositions(),
+    )(gm, example_inputs)
+
+
+def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.Graph:
+    graph = torch.fx.Graph()
+    graph.graph_copy(gm.graph, {})
+    return graph
+
+
+def reset() -> None:
+    """Forget compiled graphs and records (``torch._dynamo.reset()`` forgets Dynamo's)."""
+    _cache.clear()
+    history.clear()
+    for k in stats:
+        stats[k] = 0

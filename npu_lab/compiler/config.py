@@ -1,0 +1,54 @@
+"""Which NPU compiler passes run: one switch per pass.
+
+Change the defaults for the whole process through ``npu_lab.compiler.config``,
+or per call with ``torch.compile(model, backend="npu", options={...})`` using
+the same names, e.g. ``options={"pointwise_fusion": False}``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class CompilerConfig:
+    """Switches of the ``npu`` compile backend.
+
+    Attributes:
+        dead_code_elimination: drop nodes whose results nobody uses.
+        constant_folding: evaluate nodes that depend only on constants at compile time.
+        pattern_fusion: rewrite known patterns to fused NPU kernels (mm+add -> addmm,
+            addmm+relu -> npu.linear_relu, attention -> npu.fused_attention).
+        pointwise_fusion: merge chains of elementwise operators into one generated kernel.
+        autotune: time matmul tile sizes per shape and keep the fastest (on-disk cache).
+        cache: reuse compiled graphs with the same structure and input signature.
+    """
+
+    dead_code_elimination: bool = True
+    constant_folding: bool = True
+    pattern_fusion: bool = True
+    pointwise_fusion: bool = True
+    autotune: bool = False
+    cache: bool = True
+
+    def replace(self, options: dict[str, Any] | None) -> CompilerConfig:
+        """A copy with ``options`` applied; unknown names raise with the valid ones."""
+        if not options:
+            return dataclasses.replace(self)
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = set(options) - names
+        if unknown:
+            raise ValueError(
+                f"unknown npu compiler option(s) {sorted(unknown)}; valid options: {sorted(names)}"
+            )
+        return dataclasses.replace(self, **options)
+
+    def passes(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self) if f.name not in ("autotune", "cache")
+                and getattr(self, f.name)]
+
+
+#: The process-wide defaults.
+config = CompilerConfig()

@@ -1,0 +1,30 @@
+"""The NPU compiler's FX passes, in the order the backend runs them.
+
+Each pass takes a ``torch.fx.GraphModule`` of ATen operators, rewrites it in
+place and returns a list of human-readable changes. The backend records the
+graph after every pass, so each step can be inspected (and switched off
+through :class:`npu_lab.compiler.config.CompilerConfig`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch.fx
+
+from .constant_folding import constant_folding
+from .dce import dead_code_elimination
+from .pattern_fusion import pattern_fusion
+from .pointwise_fusion import pointwise_fusion
+
+Pass = Callable[[torch.fx.GraphModule], list[str]]
+
+#: (config switch, pass) in pipeline order.
+PIPELINE: list[tuple[str, Pass]] = [
+    ("dead_code_elimination", dead_code_elimination),
+    ("constant_folding", constant_folding),
+    ("pattern_fusion", pattern_fusion),
+    ("pointwise_fusion", pointwise_fusion),
+]
+
+__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "pattern_fusion", "pointwise_fusion"]
