@@ -15,7 +15,6 @@ from .device import registration as _registration
 
 _registration.register()
 
-from . import compiler  # noqa: E402  (registers torch.compile(backend="npu"))
 from .device.clock import CostModel, cost_model  # noqa: E402
 from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
 from .device.fallback import report as fallback_report  # noqa: E402
@@ -50,3 +49,14 @@ def transfer_stats(device: int = 0) -> dict[str, int]:
     from .device.memory import memory
 
     return memory(device).counters.transfers.as_dict()
+
+
+def __getattr__(name: str):
+    # The compiler imports torch._dynamo (about a second), so it loads on first use:
+    # ``npu_lab.compiler`` here, or torch.compile(backend="npu") through the
+    # ``torch_dynamo_backends`` entry point declared in pyproject.toml.
+    if name == "compiler":
+        import importlib
+
+        return importlib.import_module(".compiler", __name__)
+    raise AttributeError(f"module 'npu_lab' has no attribute {name!r}")
