@@ -91,8 +91,9 @@ def _attention_setup(ctx, inputs, output):
 
 def _attention_backward(ctx, grad_out, grad_lse):
     q, k, v, attn_mask, out, lse = ctx.saved_tensors
-    empty_i64 = empty((0,), torch.int64)
-    z = torch.zeros((), dtype=torch.int64, device=q.device)
+    # built with torch factories so the formula also traces under FakeTensorMode (AOTAutograd)
+    empty_i64 = q.new_empty((0,), dtype=torch.int64)
+    z = q.new_zeros((), dtype=torch.int64)
     dq, dk, dv, dmask = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward(
         grad_out, q, k, v, attn_mask, [True, True, True, attn_mask is not None], out, lse,
         empty_i64, empty_i64, q.shape[-2], k.shape[-2], 0.0, ctx.is_causal, z, z, scale=ctx.scale,

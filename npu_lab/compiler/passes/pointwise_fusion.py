@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from ...kernels import elementwise
-from ...ops.common import empty, run_elementwise
+from ...ops.common import broadcast_shape, empty, run_elementwise
 
 aten = torch.ops.aten
 
@@ -110,7 +110,9 @@ class FusedKernel:
         return self.kernel.source
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs = [empty(self.shape, self.dtype) for _ in self.kernel.exprs]
+        # the output shape is the inputs' broadcast shape (also right under dynamic shapes)
+        shape = broadcast_shape(*[t.shape for t in inputs]) if inputs else self.shape
+        outs = [empty(shape, self.dtype) for _ in self.kernel.exprs]
         run_elementwise(self.kernel, outs, list(inputs), self.scalars,
                         flops_per_element=len(self.fused_ops))
         return tuple(outs)

@@ -1,0 +1,256 @@
+"""torch.compile(backend="npu"): end-to-end agreement, each pass, caching, recompiles."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import npu_lab
+from npu_lab import compiler, models
+from npu_lab.compiler import passes
+from npu_lab.compiler.passes.pointwise_fusion import FusedKernel
+
+aten = torch.ops.aten
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    compiler.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _aten_graph(fn, *args):
+    return make_fx(fn, tracing_mode="fake")(*args)
+
+
+def _targets(gm):
+    return [n.target for n in gm.graph.nodes if n.op == "call_function"]
+
+
+# --- end to end --------------------------------------------------------------------
+
+def _fwd_bwd(model, x, y, compiled: bool):
+    fn = torch.compile(model, backend="npu") if compiled else model
+    out = fn(x)
+    loss = models.loss_fn(model, out, y)
+    loss.backward()
+    grads = [p.grad.detach().cpu().clone() for p in model.parameters()]
+    model.zero_grad()
+    return out.detach().cpu(), grads
+
+
+@pytest.mark.parametrize("make", [models.mlp, models.SmallCNN, models.TransformerBlock],
+                         ids=["mlp", "cnn", "transformer"])
+def test_compiled_matches_eager_forward_and_backward(make):
+    torch.manual_seed(0)
+    model = make()
+    x_cpu, y_cpu = models.example_batch(model, 4)
+    ref_out, ref_grads = _fwd_bwd(model, x_cpu, y_cpu, compiled=False)
+    model.npu()
+    x, y = x_cpu.npu(), y_cpu.npu()
+    eager_out, eager_grads = _fwd_bwd(model, x, y, compiled=False)
+    out, grads = _fwd_bwd(model, x, y, compiled=True)
+    torch.testing.assert_close(out, eager_out, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-4)
+    for g, e, r in zip(grads, eager_grads, ref_grads):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(g, r, rtol=1e-3, atol=1e-4)
+    kinds = [g.kind for g in compiler.last_compile().graphs]
+    assert "forward" in kinds and "backward" in kinds
+
+
+def test_training_loop_compiled_matches_eager():
+    torch.manual_seed(0)
+    eager, comp = models.mlp(), models.mlp()
+    comp.load_state_dict(eager.state_dict())
+    losses_eager = models.train(eager, 10, "npu", lr=0.01)
+    compiled = torch.compile(comp.npu(), backend="npu")
+    x, y = models.example_batch(comp, 8, "npu")
+    opt = torch.optim.SGD(comp.parameters(), lr=0.01, momentum=0.9)
+    losses = []
+    for _ in range(10):
+        opt.zero_grad()
+        loss = models.loss_fn(comp, compiled(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    for a, b in zip(losses_eager, losses):
+        assert abs(a - b) < 1e-4
+    assert compiler.stats["backend_calls"] == 1  # no recompilation across steps
+
+
+def test_graph_break_on_data_dependent_control_flow():
+    def f(x):
+        y = x.sin() * 2
+        if y.sum() > 0:  # needs a value: Dynamo breaks the graph here
+            return y.relu() + 1
+        return y.exp() - 1
+
+    counter = torch._dynamo.testing.CompileCounterWithBackend("npu")
+    cf = torch.compile(f, backend=counter)
+    for x in (torch.ones(8, device="npu"), -torch.ones(8, device="npu")):
+        torch.testing.assert_close(cf(x).cpu(), f(x).cpu(), rtol=1e-6, atol=1e-6)
+    assert counter.frame_count >= 2
+    explanation = torch._dynamo.explain(f)(torch.ones(8, device="npu"))
+    assert explanation.graph_break_count >= 1
+
+
+def test_cpu_inputs_move_in_and_out():
+    model = models.mlp()
+    x, _ = models.example_batch(model, 4)
+    before = npu_lab.transfer_stats()["host_to_device_copies"]
+    out = torch.compile(model, backend="npu")(x)
+    assert out.device.type == "cpu"
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
+    assert compiler.last_compile().moved_from_cpu
+    assert npu_lab.transfer_stats()["host_to_device_copies"] > before
+
+
+def test_recompile_after_guard_failure_and_dynamic_shapes():
+    counter = torch._dynamo.testing.CompileCounterWithBackend("npu")
+    f = torch.compile(lambda x: F.gelu(x) * x, backend=counter)
+    for n in (4, 4, 8):
+        x = torch.randn(n, device="npu")
+        torch.testing.assert_close(f(x).cpu(), (F.gelu(x) * x).cpu())
+    assert counter.frame_count == 2  # the new size failed a guard and recompiled
+    dyn = torch.compile(lambda x: F.gelu(x) * x, backend="npu", dynamic=True)
+    for n in (3, 5, 7):
+        x = torch.randn(n, 6, device="npu")
+        torch.testing.assert_close(dyn(x).cpu(), (F.gelu(x) * x).cpu())
+
+
+def test_compiled_graph_cache_hits_for_identical_graphs():
+    a, b = models.mlp().npu(), models.mlp().npu()
+    x, _ = models.example_batch(a, 4, "npu")
+    with torch.no_grad():
+        torch.compile(a, backend="npu")(x)
+        torch._dynamo.reset()  # Dynamo forgets; the NPU backend's own cache does not
+        torch.compile(b, backend="npu")(x)
+    assert compiler.stats["backend_calls"] == 2
+    assert compiler.stats["cache_hits"] >= 1
+    assert compiler.last_compile().graph("inference").cache_hit
+
+
+def test_options_switch_passes():
+    def f(x):
+        return (x * 2 + 1).relu().sigmoid()
+
+    x = torch.randn(32, device="npu")
+    torch.compile(f, backend="npu")(x)
+    assert compiler.last_compile().graph("inference").kernels
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="npu", options={"pointwise_fusion": False})(x)
+    g = compiler.last_compile().graph("inference")
+    assert not g.kernels and "pointwise_fusion" not in [s.name for s in g.snapshots]
+    torch.testing.assert_close(out.cpu(), f(x).cpu())
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="unknown npu compiler option"):
+        torch.compile(f, backend="npu", options={"no_such_pass": True})(x)
+
+
+# --- passes on small FX graphs ----------------------------------------------------------
+
+def test_dead_code_elimination():
+    def f(x):
+        unused = x.exp()  # noqa: F841
+        return x + 1
+
+    gm = _aten_graph(f, torch.randn(4, device="npu"))
+    assert aten.exp.default in _targets(gm)
+    changes = passes.dead_code_elimination(gm)
+    assert aten.exp.default not in _targets(gm) and changes
+    x = torch.randn(4, device="npu")
+    torch.testing.assert_close(gm(x).cpu(), (x + 1).cpu())
+
+
+def test_constant_folding():
+    def f(x):
+        mask = torch.ones(4, 4, device="npu").tril() * 2  # depends on no input
+        return x * mask
+
+    gm = make_fx(f)(torch.randn(4, 4, device="npu"))
+    n_before = len(_targets(gm))
+    changes = passes.constant_folding(gm)
+    assert changes and len(_targets(gm)) < n_before
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    x = torch.randn(4, 4, device="npu")
+    torch.testing.assert_close(gm(x).cpu(), f(x).cpu())
+
+
+def test_pattern_fusion_addmm_and_linear_relu():
+    def f(x, w, b):
+        return torch.relu(torch.mm(x, w.t()) + b)
+
+    args = (torch.randn(5, 3, device="npu"), torch.randn(4, 3, device="npu"), torch.randn(4, device="npu"))
+    gm = _aten_graph(f, *args)
+    changes = passes.pattern_fusion(gm)
+    assert _targets(gm).count(torch.ops.npu.linear_relu.default) == 1
+    assert aten.mm.default not in _targets(gm) and aten.relu.default not in _targets(gm)
+    assert any("addmm" in c for c in changes) and any("linear_relu" in c for c in changes)
+    torch.testing.assert_close(gm(*args).cpu(), f(*args).cpu(), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_pattern_becomes_fused_kernel():
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q = torch.randn(2, 2, 6, 8, device="npu", requires_grad=True)
+    out = torch.compile(f, backend="npu")(q, q, q)
+    fw = compiler.last_compile().graph("forward").final
+    assert "npu.fused_attention" in fw.code
+    out.sum().backward()
+    q2 = q.detach().clone().requires_grad_()
+    ref = f(q2, q2, q2)
+    ref.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), ref.detach().cpu(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(q.grad.cpu(), q2.grad.cpu(), rtol=1e-4, atol=1e-5)
+
+
+def test_pointwise_fusion_structure_and_source():
+    def f(x, w, b):
+        return F.gelu(x * w + b).sigmoid() * 3
+
+    args = (torch.randn(16, 8, device="npu"), torch.randn(8, device="npu"), torch.randn(8, device="npu"))
+    gm = _aten_graph(f, *args)
+    n_pointwise = len(_targets(gm))
+    changes = passes.pointwise_fusion(gm)
+    fused = [t for t in _targets(gm) if isinstance(t, FusedKernel)]
+    assert len(fused) == 1 and len(fused[0].fused_ops) == n_pointwise
+    assert "gelu_erf" in fused[0].source and "prange" in fused[0].source
+    assert changes
+    torch.testing.assert_close(gm(*args).cpu(), f(*args).cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_fusion_lowers_kernel_launches():
+    from npu_lab.device import clock
+
+    def f(x):
+        return ((x * 2 + 1).relu() - 0.5).tanh() * x
+
+    x = torch.randn(1000, device="npu")
+    c = clock.clock(0)
+    start = c.launches
+    f(x)
+    eager = c.launches - start
+    cf = torch.compile(f, backend="npu")
+    cf(x)
+    start = c.launches
+    cf(x)
+    assert c.launches - start < eager
+
+
+def test_autotuner_picks_and_caches(tmp_path, monkeypatch):
+    from npu_lab.compiler import autotune
+    from npu_lab.ops import linalg
+
+    monkeypatch.setattr(autotune, "cache_file", lambda: tmp_path / "autotune.json")
+    monkeypatch.setattr(autotune, "CANDIDATES", [(4, 32), (8, 128)])
+    first = autotune.tune(24, 40, 16, repeat=1)
+    assert set(first.timings_us) == {(4, 32), (8, 128)} and not first.from_cache
+    assert linalg.tiles[(24, 40, 16)] == first.best
+    second = autotune.tune(24, 40, 16)
+    assert second.from_cache and second.best == first.best
+    assert "tried" in first.describe() and "cache" in second.describe()
+    del linalg.tiles[(24, 40, 16)]
