@@ -21,10 +21,8 @@ def relu(x):
 
 @_inline
 def sigmoid(x):
-    if x >= 0:
-        return 1 / (1 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1 + e)
+    # branch-free so loops using it vectorise; exp(-x) = inf gives exactly 0
+    return 1 / (1 + math.exp(-x))
 
 
 @_inline

@@ -183,6 +183,23 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
             groups[target] = []
         groups[target].append(node)
         group_of[node] = target
+    # A lone fusible producer whose users all sit in one group joins that group
+    # (e.g. ``0.25 * x`` feeding the end of a chain that started elsewhere).
+    for g, members in list(groups.items()):
+        if len(members) != 1:
+            continue
+        node = members[0]
+        targets = {group_of.get(u) for u in node.users}
+        if len(targets) != 1 or None in targets or g in targets:
+            continue
+        (t,) = targets
+        if tuple(_val(groups[t][0]).shape) != tuple(_val(node).shape):
+            continue
+        if any(_depends_on(a, set(groups[t]), order, order[groups[t][0]]) for a in node.all_input_nodes):
+            continue
+        groups[t] = sorted(groups[t] + [node], key=order.get)
+        group_of[node] = t
+        del groups[g]
     return [g for g in groups.values() if len(g) >= 2]
 
 

@@ -1,0 +1,103 @@
+"""Compiler benchmark: torch.compile(backend="npu") against eager and against Inductor.
+
+Run:  .venv/bin/python benchmarks/compiler.py
+
+All figures are measured in this run on this machine. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+import npu_lab
+from npu_lab import models
+from npu_lab.device import clock
+from npu_lab.device.memory import memory
+
+
+def best_of(fn: Callable[[], object], repeat: int = 7, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def chain(x: torch.Tensor) -> torch.Tensor:
+    """Six elementwise operators: eager runs six kernels and writes six tensors."""
+    y = x * 1.5 + 0.5
+    y = torch.sigmoid(y) * x
+    return torch.tanh(y) - 0.25 * x
+
+
+def pointwise_chain(n: int = 4_000_000) -> None:
+    x_cpu = torch.randn(n)
+    x = x_cpu.npu()
+    npu_fn = torch.compile(chain, backend="npu")
+    inductor_fn = torch.compile(chain, backend="inductor")
+    t_npu = best_of(lambda: npu_fn(x))
+    t_cpu = best_of(lambda: chain(x_cpu))
+    t_ind = best_of(lambda: inductor_fn(x_cpu))
+    torch.testing.assert_close(npu_fn(x).cpu(), chain(x_cpu), rtol=1e-5, atol=1e-5)
+    print(f"pointwise chain, {n / 1e6:.0f}M floats, 6 ops:")
+    print(f"  compiled npu {t_npu * 1e3:7.2f} ms | torch cpu eager {t_cpu * 1e3:7.2f} ms | "
+          f"inductor cpu {t_ind * 1e3:7.2f} ms")
+    print(f"  npu speed-up over cpu eager {t_cpu / t_npu:5.2f}x (goal >= 1.5x); "
+          f"npu speed relative to inductor {t_ind / t_npu:5.2f}x (goal >= 0.7x)")
+
+
+def _counters() -> tuple[int, int]:
+    c = clock.clock(0)
+    tr = memory(0).counters.transfers
+    return c.launches, tr.device_to_device_bytes
+
+
+def training_step(name: str, make: Callable[[], torch.nn.Module], batch: int) -> None:
+    def stepper(compiled: bool) -> Callable[[], float]:
+        torch.manual_seed(0)
+        model = make().npu()
+        fn = torch.compile(model, backend="npu") if compiled else model
+        x, y = models.example_batch(model, batch, "npu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step() -> float:
+            opt.zero_grad()
+            loss = models.loss_fn(model, fn(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        return step
+
+    eager, comp = stepper(False), stepper(True)
+    t_eager = best_of(eager)
+    t_comp = best_of(comp)
+    stats = {}
+    for label, step in (("eager", eager), ("compiled", comp)):
+        launches0 = clock.clock(0).launches
+        cost0 = clock.clock(0).now(0)
+        step()
+        torch.npu.synchronize()
+        stats[label] = (clock.clock(0).launches - launches0, clock.clock(0).now(0) - cost0)
+    print(f"{name}: compiled {t_comp * 1e3:7.2f} ms, eager {t_eager * 1e3:7.2f} ms -> "
+          f"{t_eager / t_comp:4.2f}x (goal >= 1.5x)")
+    print(f"  kernel launches per step: eager {stats['eager'][0]}, compiled {stats['compiled'][0]}; "
+          f"simulated device time: eager {stats['eager'][1]:.0f} us, compiled {stats['compiled'][1]:.0f} us")
+
+
+def main() -> None:
+    print(f"torch {torch.__version__}, npu_lab {npu_lab.__version__}, {os.cpu_count()} CPU cores")
+    pointwise_chain()
+    training_step("MLP training step", lambda: models.mlp(256, 512, 10), 128)
+    training_step("transformer block step", models.TransformerBlock, 16)
+
+
+if __name__ == "__main__":
+    main()
