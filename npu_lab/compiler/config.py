@@ -22,6 +22,7 @@ class CompilerConfig:
         pattern_fusion: rewrite known patterns to fused NPU kernels (mm+add -> addmm,
             addmm+relu -> npu.linear_relu, attention -> npu.fused_attention).
         pointwise_fusion: merge chains of elementwise operators into one generated kernel.
+        memory_planning: plan which intermediates share buffers; report the peak saved.
         autotune: time matmul tile sizes per shape and keep the fastest (on-disk cache).
         cache: reuse compiled graphs with the same structure and input signature.
     """
@@ -30,6 +31,7 @@ class CompilerConfig:
     constant_folding: bool = True
     pattern_fusion: bool = True
     pointwise_fusion: bool = True
+    memory_planning: bool = True
     autotune: bool = False
     cache: bool = True
 

@@ -14,6 +14,7 @@ import torch.fx
 
 from .constant_folding import constant_folding
 from .dce import dead_code_elimination
+from .memory_plan import memory_planning
 from .pattern_fusion import pattern_fusion
 from .pointwise_fusion import pointwise_fusion
 
@@ -25,6 +26,8 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("constant_folding", constant_folding),
     ("pattern_fusion", pattern_fusion),
     ("pointwise_fusion", pointwise_fusion),
+    ("memory_planning", memory_planning),
 ]
 
-__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "pattern_fusion", "pointwise_fusion"]
+__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "memory_planning", "pattern_fusion",
+           "pointwise_fusion"]
