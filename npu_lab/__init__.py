@@ -20,6 +20,7 @@ from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E40
 from .device.fallback import report as fallback_report  # noqa: E402
 from .device.memory import set_capacity as _set_capacity  # noqa: E402
 from .ops.registry import claimed_ops  # noqa: E402
+from .profiler import coverage, profile  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,8 @@ __all__ = [
     "CostModel",
     "compiler",
     "claimed_ops",
+    "coverage",
+    "profile",
     "cost_model",
     "cpu_fallback_enabled",
     "fallback_report",
