@@ -63,9 +63,7 @@ def _signature(inputs: Sequence[object]) -> str:
 
 
 def _snapshot(name: str, gm: torch.fx.GraphModule, changes: list[str]) -> PassSnapshot:
-    graph = torch.fx.Graph()
-    graph.graph_copy(gm.graph, {})
-    return PassSnapshot(name, gm.code, graph, changes)
+    return PassSnapshot(name, gm.code, _copy_graph(gm), changes)
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], kind: str,
@@ -153,7 +151,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
 
 def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.Graph:
     graph = torch.fx.Graph()
-    graph.graph_copy(gm.graph, {})
+    out = graph.graph_copy(gm.graph, {})
+    graph.output(out)
     return graph
 
 
