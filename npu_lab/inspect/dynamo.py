@@ -1,0 +1,209 @@
+"""Look inside TorchDynamo: captured graphs, graph breaks, guards, bytecode, recompiles.
+
+:func:`explain` compiles a function with a recording backend and collects, from
+Dynamo's own state:
+
+* the FX graphs it captured (one per graph-break-separated region);
+* the graph breaks, with Dynamo's reason and the user source line;
+* the guards of each compiled entry, grouped by what they guard (read from the
+  cache entry's guard manager, the object Dynamo evaluates on every call);
+* the function's original bytecode and the bytecode Dynamo generated (with
+  decompiled source when the optional ``depyf`` package is installed);
+* how many times it compiled.
+
+:func:`check_guards` evaluates those guards against new inputs and says which
+one fails and why; :func:`recompile_demo` shows a guard failure causing a
+recompile.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import io
+import re
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+
+# checked on torch 2.13: where Dynamo keeps a function's compiled entries
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list  # noqa: E402
+
+from .draw import Drawing, draw_fx
+
+_GUARD = re.compile(r"^[|\s]*\+- (\w+): (.*?)(?:\s+#.*)?$")
+_MANAGER = re.compile(r"^[|\s]*\+- GuardManager: source=(.*?), accessed_by")
+
+
+@dataclass
+class Guard:
+    kind: str  # TENSOR_MATCH, EQUALS_MATCH, TYPE_MATCH, GLOBAL_STATE, ...
+    code: str
+    source: str  # what it guards: L['x'], a global, or "global state"
+
+
+@dataclass
+class GraphBreak:
+    reason: str
+    filename: str
+    lineno: int
+
+
+def _bytecode(code) -> str:
+    out = io.StringIO()
+    dis.dis(code, file=out)
+    return out.getvalue()
+
+
+def parse_guards(text: str) -> list[Guard]:
+    """Guards from a guard manager's printout, each tagged with what it guards."""
+    guards: list[Guard] = []
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        depth = line.find("+-")
+        m = _MANAGER.match(line)
+        if m:
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            stack.append((depth, m.group(1)))
+            continue
+        g = _GUARD.match(line)
+        if g and g.group(1) not in ("RootGuardManager",):
+            while stack and stack[-1][0] >= depth:
+                stack.pop()
+            source = stack[-1][1] if stack else "global state"
+            guards.append(Guard(g.group(1), g.group(2).strip(), source))
+    return guards
+
+
+@dataclass
+class DynamoReport:
+    graphs: list[torch.fx.GraphModule] = field(default_factory=list)
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    guards: list[list[Guard]] = field(default_factory=list)  # one list per compiled entry
+    original_bytecode: str = ""
+    transformed_bytecode: list[str] = field(default_factory=list)
+    decompiled: list[str] = field(default_factory=list)
+    compile_count: int = 0
+
+    def guard_groups(self, entry: int = 0) -> dict[str, list[Guard]]:
+        groups: dict[str, list[Guard]] = {}
+        for g in self.guards[entry] if self.guards else []:
+            groups.setdefault(g.source, []).append(g)
+        return groups
+
+    def draw(self, index: int = 0) -> Drawing:
+        return draw_fx(self.graphs[index], f"Dynamo graph {index}")
+
+    def summary(self) -> str:
+        lines = [f"{len(self.graphs)} graph(s), {len(self.graph_breaks)} graph break(s), "
+                 f"compiled {self.compile_count} time(s)"]
+        for b in self.graph_breaks:
+            lines.append(f"  break at {b.filename}:{b.lineno}: {b.reason}")
+        for source, gs in self.guard_groups().items():
+            lines.append(f"  guards on {source}: " + ", ".join(sorted({g.kind for g in gs})))
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        parts = [f"<pre>{html.escape(self.summary())}</pre>"]
+        for source, gs in self.guard_groups().items():
+            rows = "".join(f"<tr><td>{g.kind}</td><td><code>{html.escape(g.code)}</code></td></tr>" for g in gs)
+            parts.append(f"<details><summary>guards on <code>{html.escape(source)}</code> ({len(gs)})</summary>"
+                         f"<table>{rows}</table></details>")
+        return "".join(parts)
+
+
+def _decompile(code) -> str:
+    try:
+        import depyf  # optional
+    except ImportError:
+        return "(install the optional 'depyf' package to see decompiled source)"
+    try:
+        return depyf.decompile(code)
+    except Exception as e:  # decompilers lag behind new bytecode
+        return f"(depyf could not decompile this code: {type(e).__name__})"
+
+
+def explain(fn, *args, **kwargs) -> DynamoReport:
+    """Compile ``fn`` with Dynamo (fresh state) on ``args`` and report what it did."""
+    torch._dynamo.reset()
+    report = DynamoReport(original_bytecode=_bytecode(fn.__code__))
+
+    def recording_backend(gm: torch.fx.GraphModule, example_inputs):
+        report.graphs.append(gm)
+        report.compile_count += 1
+        return gm.forward
+
+    def hook(code, new_code):
+        if code is fn.__code__ or code.co_name == fn.__code__.co_name:
+            report.transformed_bytecode.append(_bytecode(new_code))
+            report.decompiled.append(_decompile(new_code))
+        return None
+
+    handle = torch._dynamo.convert_frame.register_bytecode_hook(hook)
+    try:
+        torch.compile(fn, backend=recording_backend)(*args, **kwargs)
+    finally:
+        handle.remove()
+    for entry in _debug_get_cache_entry_list(fn.__code__):
+        report.guards.append(parse_guards(str(entry.guard_manager)))
+    explained = torch._dynamo.explain(fn)(*args, **kwargs)
+    for r in explained.break_reasons:
+        frame = r.user_stack[-1] if r.user_stack else None
+        report.graph_breaks.append(GraphBreak(str(r.reason).strip(), frame.filename if frame else "?",
+                                              frame.lineno if frame else 0))
+    torch._dynamo.reset()
+    return report
+
+
+@dataclass
+class GuardCheck:
+    entry: int
+    passed: bool
+    failed_guard: str = ""
+
+
+def check_guards(fn, *args, **kwargs) -> list[GuardCheck]:
+    """Evaluate every compiled entry's guards of ``fn`` against new arguments."""
+    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound.apply_defaults()
+    f_locals = dict(bound.arguments)
+    results = []
+    for i, entry in enumerate(_debug_get_cache_entry_list(fn.__code__)):
+        info = entry.guard_manager.check_verbose(f_locals)
+        failed = "; ".join(info.verbose_code_parts) if not info.result else ""
+        results.append(GuardCheck(i, bool(info.result), failed))
+    return results
+
+
+@dataclass
+class RecompileDemo:
+    first_compiles: int
+    checks: list[GuardCheck]
+    second_compiles: int
+
+    @property
+    def recompiled(self) -> bool:
+        return self.second_compiles > self.first_compiles
+
+    def summary(self) -> str:
+        failing = [c.failed_guard for c in self.checks if not c.passed]
+        why = f"guard failed: {failing[0]}" if failing else "all guards passed"
+        return (f"{why}; compiled {self.first_compiles} -> {self.second_compiles} time(s)"
+                + (" (recompiled)" if self.recompiled else " (reused)"))
+
+
+def recompile_demo(fn, first: tuple, second: tuple, backend: str = "eager", **compile_kwargs) -> RecompileDemo:
+    """Run compiled ``fn`` on ``first`` then ``second``; say which guard failed and if it recompiled."""
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend(backend)
+    compiled = torch.compile(fn, backend=counter, **compile_kwargs)
+    compiled(*first)
+    n1 = counter.frame_count
+    checks = check_guards(fn, *second)
+    compiled(*second)
+    demo = RecompileDemo(n1, checks, counter.frame_count)
+    return demo

@@ -1,0 +1,56 @@
+"""Dynamo and AOTAutograd inspectors report what those systems really did."""
+
+import torch
+
+from npu_lab.inspect import aot, dynamo
+
+
+def _branchy(x, n):
+    y = x.sin() * n
+    if y.sum() > 0:  # data-dependent: a graph break
+        return y.relu()
+    return y - 1
+
+
+def test_dynamo_explain_graphs_breaks_guards_bytecode():
+    r = dynamo.explain(_branchy, torch.randn(4, device="npu"), 3)
+    assert len(r.graphs) == 2 and r.compile_count == 2
+    assert len(r.graph_breaks) == 1
+    brk = r.graph_breaks[0]
+    assert brk.filename.endswith("test_inspect_compile.py") and brk.lineno > 0 and brk.reason
+    groups = r.guard_groups()
+    assert "TENSOR_MATCH" in {g.kind for g in groups["L['x']"]}
+    assert any("== 3" in g.code for g in groups["L['n']"])
+    assert "LOAD_FAST" in r.original_bytecode and r.transformed_bytecode
+    assert "graph break" in r.summary()
+    assert r.draw(0).dot.startswith("digraph")
+
+
+def test_guard_check_and_recompile_demo():
+    def g(x):
+        return x.cos() + 1
+
+    demo = dynamo.recompile_demo(g, (torch.randn(4, device="npu"),), (torch.randn(8, device="npu"),))
+    assert demo.recompiled
+    assert "size mismatch" in demo.checks[0].failed_guard
+    same = dynamo.recompile_demo(g, (torch.randn(4, device="npu"),), (torch.randn(4, device="npu"),))
+    assert not same.recompiled and all(c.passed for c in same.checks)
+    dtype = dynamo.recompile_demo(g, (torch.randn(4, device="npu"),),
+                                  (torch.randn(4, device="npu", dtype=torch.float64),))
+    assert dtype.recompiled and "dtype" in dtype.checks[0].failed_guard.lower()
+
+
+def test_aot_partitions_and_saved_tensors():
+    def f(x, w):
+        return torch.nn.functional.gelu(x @ w).sin().sum(-1)
+
+    x = torch.randn(16, 32, device="npu", requires_grad=True)
+    w = torch.randn(32, 64, device="npu", requires_grad=True)
+    r = aot.inspect_aot(f, x, w)
+    for part in (r.default, r.min_cut):
+        consumed = [n.name for n in part.backward.graph.nodes
+                    if n.op == "placeholder" and not n.name.startswith("tangents")]
+        assert [s.name for s in part.saved] == consumed  # saved == what backward consumes
+        assert part.joint is not None and "tangents" in part.joint.code
+    assert r.min_cut.saved_bytes < r.default.saved_bytes
+    assert "min-cut" in r.summary()
