@@ -169,3 +169,15 @@ def test_large_tensors_use_parallel_kernels():
     torch.testing.assert_close((big.npu().t() * 3).cpu(), big.t() * 3)
     m = torch.randn(300, 200)
     torch.testing.assert_close((m.npu() @ m.npu().t()).cpu(), m @ m.t(), rtol=1e-4, atol=1e-3)
+
+
+def test_temporaries_are_not_reused_while_a_kernel_reads_them():
+    """Regression: two same-size contiguous copies made inside one kernel call must not share memory."""
+    a, b = torch.randn(4, 8, 6), torch.randn(4, 6, 8)
+    out = torch.bmm(a.npu().transpose(1, 2), b.npu().transpose(1, 2))
+    torch.testing.assert_close(out.cpu(), torch.bmm(a.transpose(1, 2), b.transpose(1, 2)), rtol=1e-5, atol=1e-5)
+    q = torch.randn(2, 2, 6, 8)
+    qc, qn = q.clone().requires_grad_(), q.npu().requires_grad_()
+    (qc @ qc.transpose(-1, -2)).sum().backward()
+    (qn @ qn.transpose(-1, -2)).sum().backward()
+    torch.testing.assert_close(qn.grad.cpu(), qc.grad, rtol=1e-5, atol=1e-5)

@@ -17,6 +17,7 @@ the cached blocks back.
 from __future__ import annotations
 
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -99,11 +100,18 @@ class DeviceMemory:
         if size == 0:
             return np.empty(0, dtype=np.uint8)
         pool = self._cache.get(size)
+        block = None
         if pool:
-            block = pool.pop()
-            self._cached_bytes -= size
-            c.cache_hits += 1
-        else:
+            # A freed block is reusable only once no NumPy view of it is left: a kernel
+            # may still be reading a temporary whose tensor already died. The pool's
+            # list slot and getrefcount's own argument are the only references then.
+            for i in range(len(pool) - 1, -1, -1):
+                if sys.getrefcount(pool[i]) <= 2:
+                    block = pool.pop(i)
+                    self._cached_bytes -= size
+                    c.cache_hits += 1
+                    break
+        if block is None:
             if c.reserved + size > self.capacity:
                 # Like CUDA: give the cache back and try once more before failing.
                 c.num_alloc_retries += 1

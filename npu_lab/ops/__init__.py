@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     pointwise,
     random,
     reductions,
+    shape,
     views,
 )
 from .registry import CLAIMED, claimed_ops  # noqa: F401

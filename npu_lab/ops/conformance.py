@@ -60,6 +60,12 @@ CLAIMED_OPINFOS: dict[str, tuple[torch.dtype, ...]] = {
     "matmul": F32, "nn.functional.linear": F32,
     # losses
     "nn.functional.mse_loss": F32,
+    # shape and indexing
+    "cat": F32_I64_BOOL, "stack": F32_I64, "hstack": F32, "vstack": F32, "split": F32,
+    "split.list_args": F32, "chunk": F32, "index_select": F32_I64, "gather": F32_I64,
+    "scatter": F32_I64, "scatter_add": F32, "masked_select": F32_I64, "take_along_dim": F32,
+    "nn.functional.one_hot": (torch.int64,), "nonzero": F32_I64_BOOL, "tril": F32_I64, "triu": F32_I64,
+    "flip": F32_I64, "index_put": F32, "nn.functional.embedding": F32,
 }
 
 #: Operators whose output is random: compared by shape and dtype only.

@@ -1,0 +1,84 @@
+"""Joining and rearranging: cat (and so stack/hstack/vstack), flip."""
+
+from __future__ import annotations
+
+import torch
+
+from .common import check_same_device, empty, launch, nbytes, resize_out
+from .copy import device_copy
+from .registry import register
+
+
+def _cat_dtype(tensors) -> torch.dtype:
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
+
+
+def _cat(tensors, dim: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+    check_same_device("aten::cat", *tensors)
+    # legacy rule: 1-D empty tensors are skipped whatever their size
+    parts = [t for t in tensors if not (t.dim() == 1 and t.numel() == 0)]
+    dtype = _cat_dtype(tensors) if out is None else out.dtype
+    if not parts:
+        res = empty((0,), dtype)
+    else:
+        ref = parts[0]
+        nd = ref.dim()
+        if nd == 0:
+            raise RuntimeError("zero-dimensional tensor (at position 0) cannot be concatenated")
+        if not -nd <= dim < nd:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], but got {dim})")
+        dim %= nd
+        for i, t in enumerate(parts):
+            if t.dim() != nd:
+                raise RuntimeError(
+                    f"Tensors must have same number of dimensions: got {nd} and {t.dim()}")
+            for d in range(nd):
+                if d != dim and t.shape[d] != ref.shape[d]:
+                    raise RuntimeError(
+                        f"Sizes of tensors must match except in dimension {dim}. Expected size {ref.shape[d]} "
+                        f"but got size {t.shape[d]} for tensor number {i} in the list.")
+        shape = list(ref.shape)
+        shape[dim] = sum(t.shape[dim] for t in parts)
+        res = empty(shape, dtype)
+        offset = 0
+        for t in parts:
+            n = t.shape[dim]
+            if n:
+                device_copy(res.narrow(dim, offset, n), t)
+            offset += n
+    launch("cat", 0, sum(nbytes(t) for t in tensors), nbytes(res))
+    if out is not None:
+        resize_out(out, res.shape)
+        device_copy(out, res)
+        return out
+    return res
+
+
+@register("cat")
+def cat(tensors, dim=0):
+    return _cat(tensors, dim)
+
+
+@register("cat.out")
+def cat_out(tensors, dim=0, *, out):
+    return _cat(tensors, dim, out)
+
+
+@register("flip")
+def flip(self, dims):
+    check_same_device("aten::flip", self)
+    res = empty(self.shape, self.dtype)
+    src = self
+    nd = self.dim()
+    for d in dims:
+        d %= max(nd, 1)
+        # a reversed view: last element first, negative stride done by index arithmetic
+        src = src.index_select(d, torch.arange(self.shape[d] - 1, -1, -1, device="npu"))
+    device_copy(res, src)
+    return res
