@@ -11,6 +11,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     indexing,
     linalg,
     losses,
+    norm,
     pointwise,
     random,
     reductions,

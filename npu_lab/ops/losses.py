@@ -87,3 +87,31 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     lk.nll_backward(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape))
     launch("nll_loss_backward", self.numel(), nbytes(grad_output) + nbytes(target), nbytes(out))
     return out
+
+
+def _flatten_spatial(self: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, C, d1, ...) scores and (N, d1, ...) targets as (N*d1*..., C) and (N*d1*...)."""
+    c = self.shape[1]
+    moved = self.movedim(1, -1).reshape(-1, c)
+    return moved, target.reshape(-1)
+
+
+@register("nll_loss2d_forward")
+def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
+    """nll_loss for images (N, C, H, W): every pixel is a sample."""
+    check_same_device("aten::nll_loss2d_forward", self, target, weight)
+    flat, t = _flatten_spatial(self, target)
+    out, total = nll_loss_forward(flat, t, weight, reduction, ignore_index)
+    if reduction == NONE:
+        out = out.reshape(target.shape)
+    return out, total
+
+
+@register("nll_loss2d_backward")
+def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    check_same_device("aten::nll_loss2d_backward", grad_output, self, target)
+    flat, t = _flatten_spatial(self, target)
+    g = grad_output.reshape(-1) if reduction == NONE else grad_output
+    grad = nll_loss_backward(g, flat, t, weight, reduction, ignore_index, total_weight)
+    shape = [self.shape[0], *self.shape[2:], self.shape[1]]
+    return grad.reshape(shape).movedim(-1, 1).contiguous()

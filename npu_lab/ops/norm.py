@@ -1,0 +1,168 @@
+"""Normalisation layers: batch norm (train/eval, running stats) and layer norm, with backwards."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..kernels import norm as nk
+from .common import as_array, check_same_device, empty, launch, nbytes
+from .registry import register
+
+
+def _ncs(t: torch.Tensor) -> np.ndarray:
+    """A contiguous (N, C, S) float64 view/copy of an (N, C, ...) tensor."""
+    shape = t.shape
+    s = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    return np.ascontiguousarray(as_array(t.contiguous()).reshape(shape[0], shape[1], s), dtype=np.float64)
+
+
+def _param(p: torch.Tensor | None, c: int, fill: float) -> np.ndarray:
+    return as_array(p).astype(np.float64).reshape(c) if p is not None else np.full(c, fill)
+
+
+def _check_bn(input: torch.Tensor, *tensors) -> None:
+    check_same_device("aten::native_batch_norm", input, *tensors)
+    if input.dim() < 2:
+        raise ValueError(f"Expected 2D or 3D input (got {input.dim()}D input)")
+
+
+def _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    _check_bn(input, weight, bias, running_mean, running_var)
+    c = input.shape[1]
+    x = _ncs(input)
+    if training:
+        mean, var = np.empty(c), np.empty(c)
+        nk.batch_stats(x, mean, var)
+        count = x.shape[0] * x.shape[2]
+        if count <= 1:
+            raise ValueError("Expected more than 1 value per channel when training, got input size "
+                             f"{list(input.shape)}")
+        if running_mean is not None:
+            rm = as_array(running_mean)
+            rm[...] = (1 - momentum) * rm + momentum * mean
+        if running_var is not None:
+            rv = as_array(running_var)
+            rv[...] = (1 - momentum) * rv + momentum * var * count / (count - 1)
+    else:
+        mean = as_array(running_mean).astype(np.float64)
+        var = as_array(running_var).astype(np.float64)
+    invstd = 1.0 / np.sqrt(var + eps)
+    out = empty(input.shape, input.dtype)
+    y = np.empty_like(x)
+    nk.batch_apply(x, mean, invstd, _param(weight, c, 1.0), _param(bias, c, 0.0), y)
+    as_array(out)[...] = y.reshape(input.shape)
+    launch("batch_norm", 4 * input.numel(), nbytes(input), nbytes(out))
+    stat_dtype = input.dtype
+    if training:
+        save_mean, save_invstd = empty((c,), stat_dtype), empty((c,), stat_dtype)
+        as_array(save_mean)[...] = mean
+        as_array(save_invstd)[...] = invstd
+    else:
+        save_mean, save_invstd = empty((0,), stat_dtype), empty((0,), stat_dtype)
+    return out, save_mean, save_invstd
+
+
+@register("native_batch_norm")
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register("_native_batch_norm_legit")
+def native_batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+@register("_native_batch_norm_legit.no_stats")
+def native_batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
+    return _bn_forward(input, weight, bias, None, None, True, momentum, eps)
+
+
+@register("_native_batch_norm_legit_no_training")
+def native_batch_norm_legit_no_training(input, weight, bias, running_mean, running_var, momentum, eps):
+    return _bn_forward(input, weight, bias, running_mean, running_var, False, momentum, eps)
+
+
+@register("native_batch_norm_backward")
+def native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+                               train, eps, output_mask):
+    check_same_device("aten::native_batch_norm_backward", grad_out, input, weight)
+    c = input.shape[1]
+    x, dy = _ncs(input), _ncs(grad_out)
+    if train:
+        mean = as_array(save_mean).astype(np.float64)
+        invstd = as_array(save_invstd).astype(np.float64)
+    else:
+        mean = as_array(running_mean).astype(np.float64)
+        invstd = 1.0 / np.sqrt(as_array(running_var).astype(np.float64) + eps)
+    dx, dw, db = np.empty_like(x), np.empty(c), np.empty(c)
+    nk.batch_backward(dy, x, mean, invstd, _param(weight, c, 1.0), bool(train), dx, dw, db)
+    launch("batch_norm_backward", 8 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
+    grads = []
+    for want, arr, shape in ((output_mask[0], dx, input.shape), (output_mask[1], dw, (c,)),
+                             (output_mask[2], db, (c,))):
+        if want:
+            t = empty(shape, input.dtype)
+            as_array(t)[...] = arr.reshape(shape)
+            grads.append(t)
+        else:
+            grads.append(None)
+    return tuple(grads)
+
+
+def _rows(input: torch.Tensor, normalized_shape) -> tuple[int, int, list[int]]:
+    n = len(normalized_shape)
+    if tuple(input.shape[input.dim() - n:]) != tuple(normalized_shape):
+        raise RuntimeError(
+            f"Given normalized_shape={list(normalized_shape)}, expected input with shape [*, "
+            f"{', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
+    feats = int(np.prod(normalized_shape)) if n else 1
+    rows = input.numel() // feats if feats else 0
+    stat_shape = list(input.shape[:input.dim() - n]) + [1] * n
+    return rows, feats, stat_shape
+
+
+@register("native_layer_norm")
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    check_same_device("aten::native_layer_norm", input, weight, bias)
+    rows, feats, stat_shape = _rows(input, normalized_shape)
+    x = np.ascontiguousarray(as_array(input.contiguous()).reshape(rows, feats), dtype=np.float64)
+    w = as_array(weight).reshape(-1).astype(np.float64) if weight is not None else np.ones(feats)
+    b = as_array(bias).reshape(-1).astype(np.float64) if bias is not None else np.zeros(feats)
+    y, mean, rstd = np.empty_like(x), np.empty(rows), np.empty(rows)
+    nk.layer_forward(x, w, b, float(eps), y, mean, rstd)
+    out = empty(input.shape, input.dtype)
+    as_array(out)[...] = y.reshape(input.shape)
+    m, r = empty(stat_shape, input.dtype), empty(stat_shape, input.dtype)
+    as_array(m)[...] = mean.reshape(stat_shape)
+    as_array(r)[...] = rstd.reshape(stat_shape)
+    launch("layer_norm", 6 * input.numel(), nbytes(input), nbytes(out))
+    return out, m, r
+
+
+@register("native_layer_norm_backward")
+def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    check_same_device("aten::native_layer_norm_backward", grad_out, input, mean, rstd, weight, bias)
+    rows, feats, _ = _rows(input, normalized_shape)
+    x = np.ascontiguousarray(as_array(input.contiguous()).reshape(rows, feats), dtype=np.float64)
+    dy = np.ascontiguousarray(as_array(grad_out.contiguous()).reshape(rows, feats), dtype=np.float64)
+    m = as_array(mean.contiguous()).reshape(rows).astype(np.float64)
+    r = as_array(rstd.contiguous()).reshape(rows).astype(np.float64)
+    w = as_array(weight).reshape(-1).astype(np.float64) if weight is not None else np.ones(feats)
+    results: list[torch.Tensor | None] = [None, None, None]
+    if output_mask[0]:
+        dx = np.empty_like(x)
+        nk.layer_backward_input(dy, x, m, r, w, dx)
+        results[0] = empty(input.shape, input.dtype)
+        as_array(results[0])[...] = dx.reshape(input.shape)
+    if output_mask[1] or output_mask[2]:
+        dw, db = np.empty(feats), np.empty(feats)
+        nk.layer_backward_params(dy, x, m, r, dw, db)
+        if output_mask[1] and weight is not None:
+            results[1] = empty(weight.shape, weight.dtype)
+            as_array(results[1])[...] = dw.reshape(weight.shape)
+        if output_mask[2] and bias is not None:
+            results[2] = empty(bias.shape, bias.dtype)
+            as_array(results[2])[...] = db.reshape(bias.shape)
+    launch("layer_norm_backward", 10 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
+    return tuple(results)
