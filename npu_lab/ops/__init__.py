@@ -5,6 +5,7 @@ Importing this package registers every kernel with the dispatcher.
 
 from . import (  # noqa: F401  (each module registers its kernels on import)
     attention,
+    conv,
     copy,
     factories,
     fused,

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..kernels import attention as ak
-from .common import as_array, check_same_device, empty, launch, nbytes
+from .common import as_array, check_same_device, dense_strides_like, empty, empty_strided, launch, nbytes
 from .registry import register
 
 MATH, OVERRIDEABLE = 0, 4
@@ -59,6 +59,20 @@ def _bias(attn_bias, q: torch.Tensor, k: torch.Tensor):
     return b, True
 
 
+def _like_layout(ref: torch.Tensor, shape=None) -> torch.Tensor:
+    """A new tensor with ``ref``'s memory layout (dimension order), like ``empty_like``."""
+    shape = tuple(ref.shape) if shape is None else tuple(shape)
+    strides = dense_strides_like(ref) if tuple(ref.shape) == shape or ref.dim() == len(shape) else None
+    if strides is not None and tuple(ref.shape) != shape:
+        order = sorted(range(ref.dim()), key=lambda d: (-ref.stride(d), -d))
+        acc, new = 1, [0] * len(shape)
+        for d in reversed(order):
+            new[d] = acc
+            acc *= max(int(shape[d]), 1)
+        strides = tuple(new)
+    return empty(shape, ref.dtype) if strides is None else empty_strided(shape, strides, ref.dtype)
+
+
 def _scale(scale, q: torch.Tensor) -> float:
     return float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
 
@@ -72,12 +86,13 @@ def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False
     q, k, v = _groups(query), _groups(key), _groups(value)
     bias, has_bias = _bias(attn_bias, query, key)
     out_shape = (*query.shape[:-1], value.shape[-1])
-    out = empty(out_shape, query.dtype)
+    out = _like_layout(query, out_shape)
     lead = query.shape[:-2] if query.dim() == 4 else (1, query.shape[0])
     lse = empty((*lead, query.shape[-2]), torch.float32)
     lse_buf = np.empty(q.shape[:2], dtype=np.float64)
-    ak.forward(q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query),
-               as_array(out).reshape(q.shape[0], q.shape[1], -1), lse_buf)
+    res = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype)
+    ak.forward(q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), res, lse_buf)
+    as_array(out)[...] = res.reshape(out_shape)
     as_array(lse)[...] = lse_buf.reshape(as_array(lse).shape)
     g, length, e = q.shape
     s = k.shape[1]
@@ -97,11 +112,13 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     do, o = _groups(grad_out), _groups(out)
     bias, has_bias = _bias(attn_bias, query, key)
     lse = as_array(logsumexp.contiguous()).reshape(q.shape[0], q.shape[1]).astype(np.float64)
-    dq, dk, dv = empty(query.shape, query.dtype), empty(key.shape, key.dtype), empty(value.shape, value.dtype)
+    gq, gk, gv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     dbias = np.empty((q.shape[0], q.shape[1], k.shape[1]), dtype=q.dtype)
-    ak.backward(do, q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), o, lse,
-                as_array(dq).reshape(q.shape), as_array(dk).reshape(k.shape),
-                as_array(dv).reshape(v.shape), dbias)
+    ak.backward(do, q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), o, lse, gq, gk, gv, dbias)
+    # gradients take their input's memory layout, as PyTorch's meta kernel promises
+    dq, dk, dv = _like_layout(query), _like_layout(key), _like_layout(value)
+    for t, g in ((dq, gq), (dk, gk), (dv, gv)):
+        as_array(t)[...] = g.reshape(t.shape)
     grad_bias = None
     if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
         full = dbias.reshape(*query.shape[:-1], key.shape[-2])

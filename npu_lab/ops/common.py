@@ -75,6 +75,24 @@ def empty_like(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tenso
     return empty(t.shape, dtype or t.dtype)
 
 
+def dense_strides_like(t: torch.Tensor) -> tuple[int, ...] | None:
+    """Strides of a dense tensor whose dimensions are laid out in ``t``'s memory order.
+
+    PyTorch's elementwise operators give their output the memory layout of their
+    input (a transposed input gives a transposed-layout output), so later views
+    that rely on that layout keep working. None when ``t`` is contiguous already.
+    """
+    if t.is_contiguous() or t.dim() < 2:
+        return None
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -d))  # outermost first
+    strides = [0] * t.dim()
+    acc = 1
+    for d in reversed(order):
+        strides[d] = acc
+        acc *= max(int(t.shape[d]), 1)
+    return tuple(strides)
+
+
 def resize_out(out: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
     """Resize an ``out=`` tensor the way ATen does (reallocating only if it must).
 

@@ -66,6 +66,11 @@ CLAIMED_OPINFOS: dict[str, tuple[torch.dtype, ...]] = {
     "scatter": F32_I64, "scatter_add": F32, "masked_select": F32_I64, "take_along_dim": F32,
     "nn.functional.one_hot": (torch.int64,), "nonzero": F32_I64_BOOL, "tril": F32_I64, "triu": F32_I64,
     "flip": F32_I64, "index_put": F32, "nn.functional.embedding": F32,
+    # convolution, pooling, normalisation, losses on images
+    "nn.functional.conv1d": F32, "nn.functional.conv2d": F32, "nn.functional.max_pool2d": F32,
+    "nn.functional.avg_pool2d": F32, "nn.functional.adaptive_avg_pool2d": F32,
+    "nn.functional.batch_norm": F32, "nn.functional.layer_norm": F32,
+    "nn.functional.cross_entropy": F32, "nn.functional.nll_loss": F32,
 }
 
 #: Operators whose output is random: compared by shape and dtype only.
@@ -75,7 +80,8 @@ RANDOM_OPS = {"nn.functional.dropout", "bernoulli", "rand_like", "randn_like", "
 TOLERANCES: dict[str, tuple[float, float]] = {
     "mm": (1e-4, 1e-4), "bmm": (1e-4, 1e-4), "addmm": (1e-4, 1e-4), "baddbmm": (1e-4, 1e-4),
     "matmul": (1e-4, 1e-4), "nn.functional.linear": (1e-4, 1e-4), "dot": (1e-4, 1e-4),
-    "mv": (1e-4, 1e-4), "var": (1e-4, 1e-5), "std": (1e-4, 1e-5), "mean": (1e-5, 1e-5),
+    "mv": (1e-4, 1e-4), "nn.functional.conv1d": (1e-4, 1e-4), "nn.functional.conv2d": (1e-4, 1e-4),
+    "var": (1e-4, 1e-5), "std": (1e-4, 1e-5), "mean": (1e-5, 1e-5),
     "sum": (1e-5, 1e-5), "pow": (1e-5, 1e-5),
 }
 DEFAULT_TOL = (1.3e-6, 1e-5)

@@ -18,7 +18,9 @@ from .common import (
     NUMPY_DTYPES,
     broadcast_shape,
     check_same_device,
+    dense_strides_like,
     empty,
+    empty_strided,
     resize_out,
     run_elementwise,
 )
@@ -104,7 +106,9 @@ def pointwise(
     shape = shapes[0] if len(set(shapes)) <= 1 and shapes else broadcast_shape(*shapes)
     result_dtype = torch.bool if bool_result else dtype
     if out is None:
-        out = empty(shape, result_dtype)
+        like = next((t for t in tensors if tuple(t.shape) == shape), None)
+        strides = dense_strides_like(like) if like is not None else None
+        out = empty(shape, result_dtype) if strides is None else empty_strided(shape, strides, result_dtype)
     else:
         if inplace:
             grown = broadcast_shape(out.shape, shape)

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 from ...kernels import elementwise
-from ...ops.common import broadcast_shape, empty, run_elementwise
+from ...ops.common import broadcast_shape, empty, empty_strided, run_elementwise
 
 aten = torch.ops.aten
 
@@ -96,9 +96,12 @@ class FusedKernel:
     __module__ = "npu_lab.compiler.passes.pointwise_fusion"
 
     def __init__(self, name: str, kernel: elementwise.ElementwiseKernel, scalars: Sequence[float],
-                 shape: tuple[int, ...], dtype: torch.dtype, fused_ops: Sequence[str]) -> None:
+                 shape: tuple[int, ...], dtype: torch.dtype, fused_ops: Sequence[str],
+                 strides: Sequence[tuple[int, ...] | None] = ()) -> None:
         self.__name__ = self.__qualname__ = name
         self.kernel = kernel
+        # the memory layout each replaced operator had (later views in the graph rely on it)
+        self.strides = list(strides)
         self.scalars = [np.float32(s) if dtype == torch.float32 else np.float64(s) for s in scalars]
         self.shape = shape
         self.dtype = dtype
@@ -112,7 +115,10 @@ class FusedKernel:
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # the output shape is the inputs' broadcast shape (also right under dynamic shapes)
         shape = broadcast_shape(*[t.shape for t in inputs]) if inputs else self.shape
-        outs = [empty(shape, self.dtype) for _ in self.kernel.exprs]
+        outs = []
+        for k in range(len(self.kernel.exprs)):
+            st = self.strides[k] if k < len(self.strides) and shape == self.shape else None
+            outs.append(empty(shape, self.dtype) if st is None else empty_strided(shape, st, self.dtype))
         run_elementwise(self.kernel, outs, list(inputs), self.scalars,
                         flops_per_element=len(self.fused_ops))
         return tuple(outs)
@@ -251,7 +257,19 @@ def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
         )
         val = _val(group[0])
         ops = [str(n.target).replace("aten.", "").replace(".default", "") for n in group]
-        fk = FusedKernel(name, kernel, scalars, tuple(val.shape), val.dtype, ops)
+        strides = []
+        for o in outputs:
+            v = _val(o)
+            try:
+                st = tuple(int(x) for x in v.stride())
+                strides.append(None if v.is_contiguous() else st)
+            except (TypeError, RuntimeError):  # symbolic strides: allocate contiguous
+                strides.append(None)
+        try:
+            static_shape = tuple(int(d) for d in val.shape)
+        except (TypeError, RuntimeError):
+            static_shape, strides = (), []
+        fk = FusedKernel(name, kernel, scalars, static_shape, val.dtype, ops, strides)
         last = group[-1]
         with gm.graph.inserting_after(last):
             call = gm.graph.call_function(fk, tuple(inputs))
