@@ -139,6 +139,7 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
     mod = module(tm, epilogue)
     m, k = a.shape
     n = b.shape[1]
+    tn = min(tn, max(16, n))  # a tile wider than the matrix only costs a bigger scratch buffer
     bias = _NO_BIAS.astype(out.dtype) if bias is None else bias
     if m * n * k >= PARALLEL_MIN_WORK:
         mod.mm(a, b, out, tn, bias)
@@ -149,6 +150,7 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
 def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES) -> None:
     """out[p] = a[p] @ b[p] for C-contiguous 3-D arrays."""
     tm, tn = tiles
+    tn = min(tn, max(16, b.shape[2]))
     module(tm).bmm(a, b, out, tn, _NO_BIAS.astype(out.dtype))
 
 

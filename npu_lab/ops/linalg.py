@@ -93,6 +93,15 @@ def _epilogue(prod: torch.Tensor, bias: torch.Tensor, beta, alpha) -> torch.Tens
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     _check_mm("addmm", mat1, mat2)
     check_same_device("aten::addmm", self)
+    m, k = mat1.shape
+    n = mat2.shape[1]
+    if beta == 1 and alpha == 1 and self.dtype == mat1.dtype and tuple(self.shape) in ((n,), (1, n)) and m and n and k:
+        # nn.Linear's case: the bias add is fused into the matmul's final write (an epilogue)
+        out = empty((m, n), mat1.dtype)
+        mk.mm(as_array(_contig(mat1)), as_array(_contig(mat2)), as_array(out),
+              tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(_contig(self)).reshape(n))
+        launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out))
+        return out
     prod = mm(mat1, mat2)
     torch.broadcast_shapes(self.shape, prod.shape)
     return _epilogue(prod, self, beta, alpha)
