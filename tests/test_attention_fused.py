@@ -105,3 +105,27 @@ def test_large_matmul_parallel_path():
     torch.testing.assert_close((a.npu() @ b.npu()).cpu(), a @ b, rtol=1e-4, atol=1e-3)
     x, y = torch.randn(4, 64, 96), torch.randn(4, 96, 80)
     torch.testing.assert_close(torch.bmm(x.npu(), y.npu()).cpu(), torch.bmm(x, y), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("relu", [True, False])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_conv_bn_relu_folds_batch_norm_for_inference(relu, groups):
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 8, 3, padding=1, stride=2, groups=groups)
+    bn = torch.nn.BatchNorm2d(8).eval()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.normal_()
+        bn.bias.normal_()
+    x = torch.randn(2, 4, 9, 9)
+    with torch.no_grad():
+        ref = bn(conv(x))
+        ref = torch.relu(ref) if relu else ref
+        args = [t.npu() if t is not None else None for t in (x, conv.weight, conv.bias, bn.weight, bn.bias,
+                                                              bn.running_mean, bn.running_var)]
+        out = torch.ops.npu.conv_bn_relu(*args, bn.eps, [2, 2], [1, 1], [1, 1], groups, relu)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-5)
+    result = opcheck(torch.ops.npu.conv_bn_relu, (*args, bn.eps, [2, 2], [1, 1], [1, 1], groups, relu),
+                     test_utils=("test_schema", "test_faketensor"))
+    assert all(v == "SUCCESS" for v in result.values())

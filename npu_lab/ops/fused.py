@@ -8,6 +8,9 @@ autograd formula, so it behaves like any ATen operator:
 * ``torch.ops.npu.linear_relu(x, weight, bias)``: ``relu(x @ weight.T + bias)``
   in one kernel; the bias add and the ReLU happen as each output tile is
   written (a matmul *epilogue*), so the pre-activation never reaches memory.
+* ``torch.ops.npu.conv_bn_relu(x, w, b, gamma, beta, mean, var, eps, stride, padding,
+  dilation, groups, relu)``: inference conv2d + batch norm (+ ReLU) folded into one
+  convolution with the ReLU in the matmul epilogue;
 * ``torch.ops.npu.fused_attention(q, k, v, attn_mask, is_causal, scale)``:
   scaled-dot-product attention in one pass per query row, returning the
   output and the log-sum-exp the backward needs.
@@ -15,6 +18,7 @@ autograd formula, so it behaves like any ATen operator:
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..kernels import matmul as mk
@@ -112,3 +116,52 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 __all__ = ["fused_attention", "linear_relu", "scaled_dot_product_attention"]
+
+
+@torch.library.custom_op("npu::conv_bn_relu", mutates_args=(), device_types="npu")
+def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
+                 bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor, eps: float,
+                 stride: list[int], padding: list[int], dilation: list[int], groups: int,
+                 relu: bool) -> torch.Tensor:
+    """Inference-time conv2d + batch_norm (+ ReLU) as one convolution.
+
+    In evaluation mode batch norm is an affine map per output channel, so it
+    folds into the convolution: ``w' = w * s`` and ``b' = (b - mean) * s + beta``
+    with ``s = gamma / sqrt(var + eps)``. The ReLU runs in the matmul's epilogue.
+    """
+    from .conv import _cols, _geometry, _pair
+
+    check_same_device("npu::conv_bn_relu", x, weight, bias, running_mean, running_var)
+    stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
+    n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x, weight, stride, padding, dilation)
+    var = as_array(running_var).astype(np.float64)
+    scale = (as_array(bn_weight).astype(np.float64) if bn_weight is not None else np.ones(o)) / np.sqrt(var + eps)
+    shift = (as_array(bn_bias).astype(np.float64) if bn_bias is not None else np.zeros(o))
+    b0 = as_array(bias).astype(np.float64) if bias is not None else np.zeros(o)
+    folded_b = ((b0 - as_array(running_mean).astype(np.float64)) * scale + shift).astype(np.float32)
+    folded_w = (as_array(weight.contiguous()).reshape(o, -1) * scale[:, None]).astype(np.float32)
+    xa = as_array(x.contiguous())
+    og = o // groups
+    result = np.empty((n * ho * wo, o), dtype=np.float32)
+    epilogue = "bias_relu" if relu else "bias"
+    for g in range(groups):
+        cols = _cols(np.ascontiguousarray(xa[:, g * cg:(g + 1) * cg]), kh, kw, stride, padding, dilation, ho, wo)
+        part = np.empty((cols.shape[0], og), dtype=np.float32)
+        mk.mm(cols, np.ascontiguousarray(folded_w[g * og:(g + 1) * og].T), part,
+              tiles.get((cols.shape[0], og, cols.shape[1]), tiles["default"]), epilogue=epilogue,
+              bias=np.ascontiguousarray(folded_b[g * og:(g + 1) * og]))
+        result[:, g * og:(g + 1) * og] = part
+    out = empty((n, o, ho, wo), x.dtype)
+    as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
+    launch("conv_bn_relu" if relu else "conv_bn", 2.0 * n * ho * wo * o * cg * kh * kw,
+           nbytes(x) + nbytes(weight), nbytes(out))
+    return out
+
+
+@conv_bn_relu.register_fake
+def _(x, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, stride, padding, dilation, groups,
+      relu):
+    kh, kw = weight.shape[-2:]
+    ho = (x.shape[2] + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
+    wo = (x.shape[3] + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
+    return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
