@@ -280,3 +280,18 @@ def test_memory_planner_reuses_buffers_and_the_device_follows_the_plan():
     peak = torch.npu.max_memory_allocated() - base
     assert peak <= plan.planned_peak
     torch.testing.assert_close(out.cpu(), f(x, w).cpu(), rtol=1e-3, atol=1e-2)
+
+
+def test_conv_bn_relu_fusion_in_inference():
+    torch.manual_seed(0)
+    m = models.SmallCNN()
+    models.train(m, 2, "cpu", lr=0.01)  # non-trivial running statistics
+    m.eval()
+    x, _ = models.example_batch(m, 4)
+    with torch.no_grad():
+        ref = m(x)
+        out = torch.compile(m.npu(), backend="npu")(x.npu())
+    final = compiler.last_compile().graph("inference").final
+    assert final.code.count("npu.conv_bn_relu") == 2
+    assert "convolution.default" not in final.code and "batch_norm" not in final.code.replace("conv_bn", "")
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-4)

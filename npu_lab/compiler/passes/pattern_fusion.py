@@ -5,6 +5,8 @@ On ATen graphs (after AOTAutograd):
 * ``add(mm(a, b), bias)``          -> ``addmm(bias, a, b)``   (one kernel, bias in the epilogue)
 * ``relu(addmm(b, x, t(w)))``      -> ``npu.linear_relu(x, w, b)``
 * ``relu(mm(x, t(w)))``            -> ``npu.linear_relu(x, w, None)``
+* ``relu(batch_norm_eval(conv(x)))`` -> ``npu.conv_bn_relu(...)`` (inference graphs: the
+  batch norm folds into the convolution's weights at run time; the ReLU is optional)
 
 On the Dynamo graph (before AOTAutograd, see :func:`fuse_attention`):
 
@@ -107,9 +109,46 @@ def _fuse_linear_relu(gm: torch.fx.GraphModule) -> list[str]:
     return changes
 
 
+def _fuse_conv_bn(gm: torch.fx.GraphModule) -> list[str]:
+    import operator
+
+    changes = []
+    for bn in list(gm.graph.nodes):
+        if bn.op != "call_function" or bn.target != aten._native_batch_norm_legit_no_training.default:
+            continue
+        conv = bn.args[0]
+        if not (isinstance(conv, torch.fx.Node) and conv.target == aten.convolution.default
+                and len(conv.users) == 1 and _val(conv) is not None and _val(conv).dim() == 4):
+            continue
+        x, w, b, stride, padding, dilation, transposed, _, groups = conv.args
+        getters = list(bn.users)
+        if transposed or len(getters) != 1 or getters[0].target is not operator.getitem or getters[0].args[1] != 0:
+            continue
+        out = getters[0]
+        bn_w, bn_b, mean, var, _momentum, eps = bn.args[1:7]
+        relu = None
+        if len(out.users) == 1:
+            (user,) = out.users
+            if user.op == "call_function" and user.target == aten.relu.default:
+                relu = user
+        last = relu or out
+        with gm.graph.inserting_before(last):
+            fused = gm.graph.call_function(
+                torch.ops.npu.conv_bn_relu.default,
+                (x, w, b, bn_w, bn_b, mean, var, eps, list(stride), list(padding), list(dilation), groups,
+                 relu is not None),
+            )
+        fused.meta.update(last.meta)
+        last.replace_all_uses_with(fused)
+        for dead in ([relu] if relu else []) + [out, bn, conv]:
+            gm.graph.erase_node(dead)
+        changes.append(f"convolution + batch_norm{' + relu' if relu else ''} -> npu.conv_bn_relu ({fused.name})")
+    return changes
+
+
 def pattern_fusion(gm: torch.fx.GraphModule) -> list[str]:
-    """Run the ATen-level rewrites (addmm, then linear+relu)."""
-    changes = _fuse_addmm(gm) + _fuse_linear_relu(gm)
+    """Run the ATen-level rewrites (addmm, linear+relu, conv+batch_norm(+relu))."""
+    changes = _fuse_addmm(gm) + _fuse_linear_relu(gm) + _fuse_conv_bn(gm)
     gm.graph.lint()
     gm.recompile()
     return changes
