@@ -7,28 +7,16 @@ All figures are measured in this run on this machine. Nothing is asserted.
 
 from __future__ import annotations
 
-import gc
 import os
-import time
 from collections.abc import Callable
 
 import torch
+from timing import best_of, freeze_startup_heap
 
 import npu_lab
 from npu_lab import models
 from npu_lab.device import clock
 from npu_lab.device.memory import memory
-
-
-def best_of(fn: Callable[[], object], repeat: int = 7, warmup: int = 2) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def chain(x: torch.Tensor) -> torch.Tensor:
@@ -93,13 +81,6 @@ def training_step(name: str, make: Callable[[], torch.nn.Module], batch: int) ->
           f"simulated device time: eager {stats['eager'][1]:.0f} us, compiled {stats['compiled'][1]:.0f} us")
 
 
-def freeze_startup_heap() -> None:
-    """Move the objects that exist after start-up (torch, numba, npu_lab modules) out of the
-    cyclic garbage collector's reach. The NPU's Python kernels allocate many small objects;
-    without this, Python's periodic full collections (which walk ~300k long-lived objects)
-    add milliseconds at random points of a step. See README, "Performance notes"."""
-    gc.collect()
-    gc.freeze()
 
 
 def main() -> None:

@@ -9,30 +9,10 @@ people (see the issue notes), not by the test suite.
 
 from __future__ import annotations
 
-import time
-
 import torch
+from timing import best_of, per_call_us
 
-import npu_lab  # noqa: F401
-
-
-def per_call_us(fn, n: int = 3000, warmup: int = 200) -> float:
-    for _ in range(warmup):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
-
-
-def best_of(fn, repeat: int = 5) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+import npu_lab  # noqa: F401  (registers the npu device)
 
 
 def mlp_step(device: str):

@@ -9,38 +9,17 @@ goal. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 
 import torch
+from timing import best_of, freeze_startup_heap, per_call_us
 
 import npu_lab
 from npu_lab import models
-
-
-def best_of(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
-def per_call_us(fn: Callable[[], object], n: int = 3000) -> float:
-    for _ in range(200):
-        fn()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def matmul(n: int = 1024) -> None:
@@ -79,8 +58,8 @@ def training_step(name: str, make: Callable[[], torch.nn.Module], batch: int) ->
 
         return step
 
-    t_npu = best_of(stepper("npu"), warmup=2)
-    t_cpu = best_of(stepper("cpu"), warmup=2)
+    t_npu = best_of(stepper("npu"), repeat=10, warmup=3)
+    t_cpu = best_of(stepper("cpu"), repeat=10, warmup=3)
     print(f"{name:<24} npu {t_npu * 1e3:7.2f} ms   torch {t_cpu * 1e3:7.2f} ms   "
           f"npu/cpu time {t_npu / t_cpu:5.2f}   (goal <= 3)")
 
@@ -112,13 +91,6 @@ def compile_cost() -> None:
           "(goal: warm import <= 2 s)")
 
 
-def freeze_startup_heap() -> None:
-    """Move the objects that exist after start-up (torch, numba, npu_lab modules) out of the
-    cyclic garbage collector's reach. The NPU's Python kernels allocate many small objects;
-    without this, Python's periodic full collections (which walk ~300k long-lived objects)
-    add milliseconds at random points of a step. See README, "Performance notes"."""
-    gc.collect()
-    gc.freeze()
 
 
 def main() -> None:
