@@ -54,3 +54,18 @@ def test_aot_partitions_and_saved_tensors():
         assert part.joint is not None and "tangents" in part.joint.code
     assert r.min_cut.saved_bytes < r.default.saved_bytes
     assert "min-cut" in r.summary()
+
+
+def test_three_irs_side_by_side():
+    from npu_lab import models
+    from npu_lab.inspect import compare_irs
+
+    m = models.mlp()
+    x, _ = models.example_batch(m, 2)
+    irs = compare_irs(m, x)
+    assert "aten::linear" in irs.torchscript or "aten::addmm" in irs.torchscript
+    assert 'getattr(self, "0")' in irs.fx  # FX keeps the module call
+    assert "torch.ops.aten.addmm" in irs.aten and "torch.ops.aten.relu" in irs.aten
+    counts = irs.counts()
+    assert counts["aten"] >= counts["torchscript"] > 0
+    assert "TorchScript IR" in irs._repr_html_()
