@@ -19,6 +19,7 @@ from .device.clock import CostModel, cost_model  # noqa: E402
 from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
 from .device.fallback import report as fallback_report  # noqa: E402
 from .device.memory import set_capacity as _set_capacity  # noqa: E402
+from .grading import check, checklist, progress  # noqa: E402
 from .ops.registry import claimed_ops  # noqa: E402
 from .profiler import coverage, profile  # noqa: E402
 
@@ -26,10 +27,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CostModel",
+    "check",
+    "checklist",
     "compiler",
     "claimed_ops",
     "coverage",
     "profile",
+    "progress",
     "cost_model",
     "cpu_fallback_enabled",
     "fallback_report",

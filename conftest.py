@@ -1,0 +1,48 @@
+"""Repository-wide pytest set-up (tests/ and the notebooks nbval checks).
+
+* Learner progress goes to a throw-away directory, never to ``~/.npu_lab``.
+* After the run, say how many notebook cells nbval does not compare, so the
+  number stays visible and small.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+os.environ["NPU_LAB_HOME"] = tempfile.mkdtemp(prefix="npu_lab_home_")
+
+_IGNORE_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP")
+_IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip"}
+
+
+def uncompared_cells(paths: list[Path]) -> tuple[int, int, list[str]]:
+    """(cells whose output nbval ignores, code cells with output, where) over ``paths``."""
+    ignored, total, where = 0, 0, []
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            total += 1
+            tags = set(cell.metadata.get("tags", []))
+            if tags & _IGNORE_TAGS or any(m in cell.source for m in _IGNORE_MARKERS):
+                ignored += 1
+                where.append(f"{path.name}#{i}")
+    return ignored, total, where
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not (config.option.nbval or config.option.nbval_lax):
+        return
+    reports = terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", [])
+    files = {r.nodeid.split("::")[0] for r in reports if hasattr(r, "nodeid")}
+    paths = sorted(config.rootpath / f for f in files if f.endswith(".ipynb"))
+    if not paths:
+        return
+    ignored, total, where = uncompared_cells(paths)
+    terminalreporter.write_line(
+        f"nbval: {ignored} of {total} code cells in {len(paths)} notebooks are not compared: {', '.join(where)}")

@@ -1,0 +1,192 @@
+"""The grading framework itself: results, robustness, namespaces, progress and notebook generation."""
+
+from __future__ import annotations
+
+import torch
+
+import npu_lab
+from npu_lab.grading import NOT_STARTED, NOT_YET, PASSED, grade, progress
+from npu_lab.grading.notebooks import out_of_date, strip_solutions
+from npu_lab.grading.progress import reset as reset_progress
+from npu_lab.grading.registry import Exercise, exercise, get
+from npu_lab.grading.tester import Tester, compare
+
+
+def _ex(grader, names=("f",), timeout=1.0) -> Exercise:
+    return Exercise("test.x", "a test exercise", tuple(names), grader, timeout)
+
+
+def _double_grader(t: Tester, f) -> None:
+    x = torch.arange(4.0)
+    t.case("f(arange(4))", f, x, expected=x * 2, hint="multiply by two")
+    t.case("f(ones(3))", f, torch.ones(3), expected=torch.full((3,), 2.0), hint="SECRET-HINT", hidden=True)
+
+
+def test_passing_answer_says_public_and_hidden_passed():
+    r = grade(_ex(_double_grader), {"f": lambda x: x * 2})
+    assert r.status == PASSED and r.passed
+    assert "public and hidden checks passed" in str(r)
+    assert "passed" in r._repr_html_()
+
+
+def test_hidden_case_shows_hint_but_never_data():
+    def f(x):
+        return x * 2 if x.numel() == 4 else x  # passes the public case only
+
+    r = grade(_ex(_double_grader), {"f": f})
+    assert r.status == NOT_YET
+    text, page = str(r), r._repr_html_()
+    assert "1/1 public checks passed, 0/1 hidden checks passed" in text
+    assert "SECRET-HINT" in text and "SECRET-HINT" in page
+    hidden = r.hidden[0]
+    assert "hidden case" in "\n".join(hidden.lines())
+    assert "ones" not in text and "2.0, 2.0" not in text and "ones" not in page
+
+
+def test_public_failure_shows_expected_and_yours():
+    r = grade(_ex(_double_grader), {"f": lambda x: x * 3})
+    case = r.public[0]
+    assert not case.passed and "max abs difference" in case.got and "multiply by two" in str(r)
+
+
+def test_missing_answer_and_stub_are_not_started():
+    r = grade(_ex(_double_grader), {"f": None})
+    assert r.status == NOT_STARTED and "`f`" in r.message
+
+    def f(x):
+        # YOUR CODE HERE
+        raise NotImplementedError("YOUR CODE HERE")
+
+    r = grade(_ex(_double_grader), {"f": f})
+    assert r.status == NOT_STARTED and "NotImplementedError" in r.message
+
+
+def test_a_real_not_implemented_error_is_not_mistaken_for_a_stub():
+    def f(x):
+        raise NotImplementedError("Could not run 'aten::foo' with arguments from the 'npu' backend")
+
+    r = grade(_ex(_double_grader), {"f": f})
+    assert r.status == NOT_YET and "aten::foo" in r.public[0].error
+
+
+def test_exceptions_are_trimmed_to_the_learners_frames():
+    def f(x):
+        return torch.mm(x, x)  # 1-D: raises inside torch
+
+    r = grade(_ex(_double_grader), {"f": f})
+    err = r.public[0].error
+    assert "in f" in err and "torch.mm(x, x)" in err and "RuntimeError" in err
+    assert "npu_lab/grading" not in err and "tester.py" not in err
+
+
+def test_an_infinite_loop_times_out_once():
+    def f(x):
+        while True:
+            pass
+
+    import time
+
+    start = time.perf_counter()
+    r = grade(_ex(_double_grader, timeout=0.5), {"f": f})
+    assert time.perf_counter() - start < 3
+    assert r.status == NOT_YET and "CheckTimeout" in r.public[0].error
+    assert not r.hidden[0].passed  # not run again after the first timeout
+
+
+def test_wrong_return_type_is_explained():
+    def f(x):
+        x * 2  # forgot return
+
+    r = grade(_ex(_double_grader), {"f": f})
+    assert "did you forget to `return`" in r.public[0].got
+    ok, why = compare(torch.ones(2), [1.0, 1.0])
+    assert not ok and "expected a torch.Tensor but got list" in why
+    ok, why = compare(torch.ones(2), torch.ones(3))
+    assert not ok and "shape" in why
+    ok, why = compare(torch.ones(2), torch.ones(2, dtype=torch.float64))
+    assert not ok and "dtype" in why
+
+
+def test_learner_inputs_are_not_mutated():
+    def f(x):
+        x.mul_(2)  # in place: changes only the check's copy
+        return x
+
+    seen = {}
+
+    def grader(t: Tester, f) -> None:
+        x = torch.arange(3.0)
+        seen["x"] = x
+        t.case("f", f, x, expected=torch.arange(3.0) * 2)
+
+    r = grade(_ex(grader), {"f": f})
+    assert r.passed and torch.equal(seen["x"], torch.arange(3.0))
+
+
+def test_check_reads_answers_from_the_callers_namespace():
+    @exercise("testns.double", "double it", names=["double_it"])
+    def _grader(t: Tester, double_it) -> None:
+        t.case("double_it(3)", double_it, 3, expected=6)
+
+    r = npu_lab.check("testns.double")
+    assert r.status == NOT_STARTED
+
+    def double_it(v):
+        return 2 * v
+
+    r = npu_lab.check("testns.double")  # found in this function's locals
+    assert r.passed
+    r = npu_lab.check("testns.double", double_it=lambda v: v + 2)
+    assert r.status == NOT_YET
+    summary = npu_lab.check(chapter="testns")
+    assert [x.exercise_id for x in summary.results] == ["testns.double"] and summary.passed
+
+
+def test_unknown_exercise_suggests_close_ids():
+    import pytest
+
+    with pytest.raises(KeyError, match="lab.contiguous_strides"):
+        get("lab.contiguous_stride")
+
+
+def test_progress_records_results_and_checklist(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_LAB_HOME", str(tmp_path))
+    p = progress("lab")
+    assert all(s == NOT_STARTED for _, _, s in p["lab"].exercises)
+
+    def contiguous_strides(shape):
+        out, step = [], 1
+        for s in reversed(shape):
+            out.append(step)
+            step *= max(s, 1)
+        return tuple(reversed(out))
+
+    assert npu_lab.check("lab.contiguous_strides", contiguous_strides=contiguous_strides).passed
+    p = progress("lab")
+    assert dict((i, s) for i, _, s in p["lab"].exercises)["lab.contiguous_strides"] == PASSED
+    assert (tmp_path / "progress.json").exists()
+    cl = npu_lab.checklist("lab")
+    cl.tick(0)
+    assert progress("lab")["lab"].concepts[0][1] is True
+    widget = cl.widget()
+    widget.children[2].value = True  # the learner ticks the second concept
+    assert progress("lab")["lab"].concepts[1][1] is True
+    assert "1/4 exercises passed" in str(progress("lab"))
+    reset_progress()
+    assert not (tmp_path / "progress.json").exists()
+
+
+def test_strip_solutions_markers():
+    src = "def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n\n### BEGIN SOLUTION\ny = 3\n" \
+          "### STUB y = None\n### END SOLUTION\nprint(1)"
+    out = strip_solutions(src)
+    assert out == ('def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError("YOUR CODE HERE")\n\n'
+                   "# YOUR CODE HERE\ny = None\nprint(1)")
+    import pytest
+
+    with pytest.raises(ValueError, match="without"):
+        strip_solutions("### BEGIN SOLUTION\nx = 1")
+
+
+def test_exercise_notebooks_are_in_sync_with_solutions():
+    assert out_of_date() == [], "run: python -m npu_lab.grading.notebooks"

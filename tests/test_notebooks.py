@@ -1,0 +1,43 @@
+"""The learner notebooks in exercises/ run top to bottom and report "not started" cleanly.
+
+(chapters/ and solutions/ are run and compared by nbval; see pyproject.toml.)
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from .notebook_exec import ROOT, exercise_ids
+
+EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_exercise_notebook_runs_and_reports_not_started(path):
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=False,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    texts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            assert out.output_type != "error", f"{path.name}: {out.get('ename')}: {out.get('evalue')}"
+            texts.append(out.get("data", {}).get("text/plain", ""))
+    joined = "\n".join(texts)
+    for eid in exercise_ids(path):
+        assert f"[not started] {eid}" in joined, f"{path.name}: {eid} should report 'not started'"
+    assert "[passed]" not in joined
+
+
+def test_committed_notebooks_are_executed_and_clean():
+    """Solutions and chapters are committed with outputs; exercises without."""
+    for folder in ("chapters", "solutions"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            nb = nbformat.read(path, as_version=4)
+            code = [c for c in nb.cells if c.cell_type == "code"]
+            assert all(c.execution_count is not None for c in code), f"{path} has unexecuted cells"
+            assert not any(o.output_type == "error" for c in code for o in c.outputs), f"{path} has errors"
+    for path in EXERCISES:
+        nb = nbformat.read(path, as_version=4)
+        assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path} has outputs"
