@@ -190,3 +190,35 @@ def test_strip_solutions_markers():
 
 def test_exercise_notebooks_are_in_sync_with_solutions():
     assert out_of_date() == [], "run: python -m npu_lab.grading.notebooks"
+
+
+def test_structure_helpers():
+    import torch._dynamo
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from npu_lab.grading.structure import CompileCounter, count_calls, graph_breaks, kernels_run
+
+    gm = make_fx(lambda x: torch.relu(x + 1) + x)(torch.randn(3))
+    aten = torch.ops.aten
+    assert count_calls(gm, aten.add.Tensor) == 2 and count_calls(gm, aten.relu) == 1
+    assert count_calls(gm, "relu") == 1 and count_calls(gm, aten.mul.Tensor) == 0
+
+    x = torch.randn(3, device="npu")
+    ran = kernels_run(lambda a: a + a, x)
+    assert ran and ran[0][0] == "aten::add.Tensor" and ran[0][1]
+
+    counter = CompileCounter()
+    torch._dynamo.reset()
+    f = torch.compile(lambda a: a.sin() + 1, backend=counter)
+    f(torch.randn(4))
+    f(torch.randn(4))
+    assert counter.frames == 1
+    torch._dynamo.reset()
+
+    def breaks(a):
+        a = a + 1
+        print("side effect")  # a graph break
+        return a * 2
+
+    assert len(graph_breaks(breaks, torch.randn(2))) == 1
+    assert graph_breaks(lambda a: a * 2, torch.randn(2)) == []
