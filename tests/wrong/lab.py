@@ -1,0 +1,35 @@
+"""Plausible wrong answers to the getting-started exercises (chapter ``lab``)."""
+
+WRONG: dict[str, list[str]] = {
+    "lab.contiguous_strides": [
+        "def contiguous_strides(shape):\n    return tuple(1 for _ in shape)",
+        # forgets that PyTorch treats size-0 dimensions as size 1
+        "def contiguous_strides(shape):\n    out, step = [], 1\n    for s in reversed(shape):\n"
+        "        out.append(step)\n        step *= s\n    return tuple(reversed(out))",
+    ],
+    "lab.block_bytes": [
+        "def block_bytes(shape, dtype):\n    n = 1\n    for s in shape:\n        n *= s\n"
+        "    return n * torch.empty((), dtype=dtype).element_size()",  # forgets the rounding
+        "def block_bytes(shape, dtype):\n    n = 1\n    for s in shape:\n        n *= s\n"
+        "    return (n * 4 + 511) // 512 * 512",  # assumes float32
+    ],
+    "lab.leaky_relu_kernel": [
+        "@numba.njit\ndef leaky_relu_kernel(x, out, slope):\n    for i in range(x.size):\n"
+        "        out[i] = max(x[i], 0.0)",  # plain ReLU
+        "def leaky_relu_kernel(x, out, slope):\n    out[:] = np.where(x > 0, x, slope * x)",  # not numba
+    ],
+    "lab.square_to_mul": [
+        "def square_to_mul(gm):\n    for n in list(gm.graph.nodes):\n"
+        "        if n.target == torch.ops.aten.pow.Tensor_Scalar:\n"
+        "            with gm.graph.inserting_before(n):\n"
+        "                m = gm.graph.call_function(torch.ops.aten.mul.Tensor, (n.args[0], n.args[0]))\n"
+        "            n.replace_all_uses_with(m)\n            gm.graph.erase_node(n)\n"
+        "    gm.recompile()\n    return gm",  # rewrites every exponent, also 3
+        "def square_to_mul(gm):\n    for n in list(gm.graph.nodes):\n"
+        "        if n.target == torch.ops.aten.pow.Tensor_Scalar and n.args[1] == 2:\n"
+        "            n.target = torch.ops.aten.mul.Tensor\n            n.args = (n.args[0], n.args[0])\n"
+        "    return gm",  # forgets recompile
+    ],
+}
+
+
