@@ -121,6 +121,12 @@ class Progress:
         return "".join(rows)
 
 
+def _order(chapter_id: str) -> tuple[int, str]:
+    """Series order: getting started, architecture, then chapters 0-8, then anything else."""
+    fixed = ["lab", "arch"] + [f"ch{i}" for i in range(9)]
+    return (fixed.index(chapter_id), "") if chapter_id in fixed else (len(fixed), chapter_id)
+
+
 def progress(chapter: str | None = None) -> Progress:
     """Which exercises pass and which concepts are ticked, per chapter.
 
@@ -129,7 +135,7 @@ def progress(chapter: str | None = None) -> Progress:
     load_all()
     data = load()
     chapters = []
-    for cid, ch in CHAPTERS.items():
+    for cid, ch in sorted(CHAPTERS.items(), key=lambda kv: _order(kv[0])):
         if chapter is not None and cid != chapter:
             continue
         exercises = [(e.id, e.title, data["exercises"].get(e.id, {}).get("status", NOT_STARTED))
