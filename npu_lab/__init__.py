@@ -36,11 +36,22 @@ __all__ = [
     "progress",
     "cost_model",
     "cpu_fallback_enabled",
+    "doctor",
     "fallback_report",
     "set_cpu_fallback",
     "set_memory_capacity",
     "transfer_stats",
 ]
+
+
+def doctor():
+    """Check that this machine is ready for the lab and say how to fix what is not.
+
+    The same as ``python -m npu_lab doctor`` on the command line.
+    """
+    from .diagnose import doctor as _doctor
+
+    return _doctor()
 
 
 def set_memory_capacity(nbytes: int, device: int = 0) -> None:

@@ -1,0 +1,25 @@
+"""Command line: ``python -m npu_lab doctor`` checks the set-up, ``warmup`` compiles the kernels."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["warmup"]:
+        from .warmup import warmup
+
+        print(f"npu-lab kernels compiled and cached in {warmup():.1f} s")
+        return 0
+    if argv[:1] != ["doctor"]:
+        print("usage: python -m npu_lab doctor | warmup", file=sys.stderr)
+        return 2
+    from .diagnose import doctor
+
+    report = doctor()
+    print(report)
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,37 @@
+"""Compile the NPU's kernels ahead of time, so a learner's first cells are fast.
+
+numba compiles each kernel the first time it runs and caches the machine code
+on disk; :func:`warmup` runs the reference models (eager training steps with
+SGD and AdamW, and one compiled step) so the common kernels are in the cache.
+Binder's ``postBuild`` and CI call it; ``python -m npu_lab warmup`` runs it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def warmup(compile: bool = True) -> float:
+    """Run the reference models once on ``npu``; returns the seconds it took."""
+    import npu_lab  # noqa: F401  (registers the device)
+
+    from . import models
+
+    start = time.perf_counter()
+    torch.manual_seed(0)
+    for model in (models.mlp(), models.SmallCNN(), models.TransformerBlock()):
+        models.train(model, steps=2, device="npu")
+        models.train(model, steps=1, device="npu", optimizer="adamw")
+        with torch.no_grad():
+            model.eval()(models.example_batch(model, 2, "npu")[0])
+    if compile:
+        from torch import _dynamo
+
+        model = models.mlp().to("npu")
+        x, y = models.example_batch(model, 8, "npu")
+        step = torch.compile(lambda: models.loss_fn(model, model(x), y), backend="npu")
+        step().backward()
+        _dynamo.reset()
+    return time.perf_counter() - start
