@@ -1,7 +1,11 @@
 """Inspectors: look inside the dispatcher, Dynamo, AOTAutograd and the NPU compiler."""
 
-from . import aot, dispatch, draw, dynamo, irs
+from . import aot, dispatch, draw, dynamo, explorer, irs
 from .draw import Drawing, draw_autograd, draw_fx
+from .explorer import GuardExplorer, PassExplorer, explore_guards, explore_passes
 from .irs import compare_irs
 
-__all__ = ["Drawing", "aot", "compare_irs", "irs", "dispatch", "draw", "draw_autograd", "draw_fx", "dynamo"]
+__all__ = [
+    "Drawing", "GuardExplorer", "PassExplorer", "aot", "compare_irs", "dispatch", "draw", "draw_autograd",
+    "draw_fx", "dynamo", "explore_guards", "explore_passes", "explorer", "irs",
+]
