@@ -1,0 +1,31 @@
+"""The README's two commands work on a fresh clone with an empty virtual environment.
+
+Runs tools/fresh_machine_check.sh (clone, ``./run lab`` until JupyterLab answers,
+then ``./run test``). The inner test run skips this test, so it does not recurse.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(os.environ.get("NPU_LAB_FRESH_CHECK") == "1", reason="already inside the fresh-machine check")
+@pytest.mark.skipif(not (shutil.which("git") and shutil.which("curl")), reason="needs git and curl")
+def test_readme_commands_work_on_a_fresh_clone():
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout
+    if dirty.strip():
+        pytest.skip("the working tree has uncommitted changes; the fresh-machine check clones the last commit")
+    out = subprocess.run(["bash", str(ROOT / "tools" / "fresh_machine_check.sh"), str(ROOT)],
+                         capture_output=True, text=True, timeout=3600)
+    tail = (out.stdout[-4000:] + "\n" + out.stderr[-4000:])
+    assert out.returncode == 0, tail
+    assert "fresh-machine check: OK" in out.stdout
+    print(tail)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Fresh-machine check: clone the repository into an empty directory and follow the README's
+# two commands exactly, as a learner would on a new machine:
+#
+#   ./run lab    must install everything and serve JupyterLab (we wait for it, then stop it)
+#   ./run test   must install nothing more and pass every test
+#
+# Usage: tools/fresh_machine_check.sh [repository (default: this one)]
+set -euo pipefail
+src="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
+work="$(mktemp -d)"
+trap 'kill "${lab_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
+git clone -q "$src" "$work/npu-lab"
+cd "$work/npu-lab"
+test ! -e .venv || { echo "fresh-machine check: the clone already has a .venv" >&2; exit 1; }
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+start=$SECONDS
+./run lab --no-browser --port="$port" --ServerApp.token=fresh-check > lab.log 2>&1 &
+lab_pid=$!
+for _ in $(seq 1 900); do
+  if curl -sf "http://127.0.0.1:$port/api/status?token=fresh-check" > /dev/null; then break; fi
+  if ! kill -0 "$lab_pid" 2>/dev/null; then echo "fresh-machine check: ./run lab exited" >&2; tail -20 lab.log >&2; exit 1; fi
+  sleep 1
+done
+curl -sf "http://127.0.0.1:$port/lab?token=fresh-check" | grep -q "JupyterLab" \
+  || { echo "fresh-machine check: JupyterLab did not answer" >&2; tail -20 lab.log >&2; exit 1; }
+echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)) s"
+kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
+
+start=$SECONDS
+NPU_LAB_FRESH_CHECK=1 ./run test
+echo "fresh-machine check: ./run test passed in $((SECONDS - start)) s"
+echo "fresh-machine check: OK"
