@@ -157,6 +157,22 @@ def _flat(t: torch.Tensor) -> np.ndarray:
     return as_array(t).reshape(-1)
 
 
+def _run_half(kernel: ElementwiseKernel, outs: Sequence[torch.Tensor], ins: Sequence[torch.Tensor],
+              scalars: Sequence, shape: tuple[int, ...]) -> None:
+    def staged(t: torch.Tensor) -> Operand:
+        op = operand(t, shape)
+        flat = op.flat.astype(np.float32) if op.flat.dtype == np.float16 else op.flat
+        return Operand(flat, op.strides, op.offset)
+
+    out_ops = [staged(t) for t in outs]
+    scalars = [np.float32(s) if isinstance(s, np.float16) else s for s in scalars]
+    kernel.run_strided(shape, out_ops, [staged(t) for t in ins], scalars)
+    for t, op in zip(outs, out_ops):
+        target = flat_array(t)
+        if target is not op.flat:
+            target[...] = op.flat.astype(target.dtype)
+
+
 def run_elementwise(
     kernel: ElementwiseKernel,
     outs: Sequence[torch.Tensor],
@@ -164,10 +180,16 @@ def run_elementwise(
     scalars: Sequence = (),
     flops_per_element: float = 1.0,
 ) -> None:
-    """Run a generated elementwise kernel over npu tensors (inputs broadcast to outs[0])."""
+    """Run a generated elementwise kernel over npu tensors (inputs broadcast to outs[0]).
+
+    float16 operands are computed in float32 (numba has no half arithmetic) and
+    rounded back on store, as PyTorch's CPU kernels do for Half.
+    """
     shape = tuple(outs[0].shape)
     numel = outs[0].numel()
-    if numel:
+    if numel and any(t.dtype == torch.float16 for t in (*outs, *ins)):
+        _run_half(kernel, outs, ins, scalars, shape)
+    elif numel:
         fast = all(t.is_contiguous() for t in outs) and all(
             t.is_contiguous() and tuple(t.shape) == shape for t in ins
         )

@@ -48,14 +48,26 @@ def register(*names: str) -> Callable[[Callable], Callable]:
     return deco
 
 
+_NUMBA_MISSING_DTYPES = {"float16": "Half", "bfloat16": "BFloat16"}
+
+
 def _profiled(qualified: str, fn: Callable) -> Callable:
     """``fn`` behind the profiler's hook (one flag check when nothing records)."""
     from ..profiler import hooks
 
     def kernel(*args, **kwargs):
-        if hooks.recorder is None:
-            return fn(*args, **kwargs)
-        return hooks.call(qualified, fn, args, kwargs)
+        try:
+            if hooks.recorder is None:
+                return fn(*args, **kwargs)
+            return hooks.call(qualified, fn, args, kwargs)
+        except NotImplementedError as exc:
+            # numba has no half-precision arithmetic: say so the way PyTorch does for CPU kernels.
+            if str(exc) in _NUMBA_MISSING_DTYPES:
+                raise RuntimeError(
+                    f'"{qualified}" not implemented for \'{_NUMBA_MISSING_DTYPES[str(exc)]}\' on npu '
+                    "(its numba kernel has no half-precision arithmetic; compute in float32 with .float())"
+                ) from None
+            raise
 
     kernel.__name__ = getattr(fn, "__name__", qualified)
     kernel.__doc__ = fn.__doc__
