@@ -62,8 +62,12 @@ def test_softmax_becomes_two_fused_numba_kernels():
     calls = [line.strip() for line in wrapper.splitlines() if line.strip().startswith("npu_kernel_")
              and "(" in line and "load_kernel" not in line]
     assert len(calls) == 2, calls  # max+sum reductions in one kernel, the pointwise epilogue in the other
-    sources = [s for s in npu_inductor.generated_kernels().values() if "math.exp" in s]
-    assert any("acc0 = _maximum" in s and "for r0 in range(128)" in s for s in sources)
+    sources = npu_inductor.kernels_in(wrapper)
+    assert len(sources) == 2
+    reduction = next(s for s in sources.values() if "acc0" in s)
+    assert "acc0 = _maximum" in reduction and "acc1 = acc1 + " in reduction and "for r0 in range(128)" in reduction
+    epilogue = next(s for s in sources.values() if "acc0" not in s)
+    assert "math.exp" in epilogue and "math.sin" in epilogue
 
 
 def test_matmul_is_an_extern_kernel_and_the_epilogue_is_generated():

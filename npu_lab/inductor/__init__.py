@@ -44,3 +44,20 @@ def generated_kernels() -> dict[str, str]:
     from .scheduling import GENERATED
 
     return dict(GENERATED)
+
+
+def kernels_in(wrapper_code: str) -> dict[str, str]:
+    """name -> numba source of the kernels a wrapper module defines.
+
+    Works on the code ``torch._inductor.utils.run_and_get_code`` returns, also
+    when Inductor took the graph from its on-disk cache (then nothing is
+    regenerated in this process, but the wrapper still carries the kernels).
+    """
+    import ast
+
+    found: dict[str, str] = {}
+    for node in ast.walk(ast.parse(wrapper_code)):
+        if (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "load_kernel"
+                and len(node.args) >= 2):
+            found[ast.literal_eval(node.args[0])] = ast.literal_eval(node.args[1])
+    return found
