@@ -34,6 +34,7 @@ __all__ = [
     "coverage",
     "profile",
     "progress",
+    "readiness",
     "cost_model",
     "cpu_fallback_enabled",
     "doctor",
@@ -41,7 +42,25 @@ __all__ = [
     "set_cpu_fallback",
     "set_memory_capacity",
     "transfer_stats",
+    "verify",
 ]
+
+
+def verify(model, *inputs, **kwargs):
+    """Compare ``model`` on ``npu`` with the CPU: outputs and gradients, with error statistics.
+
+    See :func:`npu_lab.adaptation.verify` for the options (``loss_fn``, ``rtol``, ``atol``, ``run``).
+    """
+    from .adaptation import verify as _verify
+
+    return _verify(model, *inputs, **kwargs)
+
+
+def readiness(model, *inputs, compile: bool = True):
+    """Chapter 8's adaptation checklist, measured live for ``model`` on ``inputs``."""
+    from .adaptation import readiness as _readiness
+
+    return _readiness(model, *inputs, compile=compile)
 
 
 def doctor():

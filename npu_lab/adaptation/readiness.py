@@ -1,0 +1,153 @@
+"""The adaptation checklist, computed live for one model.
+
+A chip team's roadmap ends with a checklist: are all the model's operators
+native on the chip, do the results match the CPU, do the operators it relies
+on pass the conformance suite, does the compiler fuse, and how fast is it
+against the CPU. :func:`readiness` measures each item for a model.
+"""
+
+from __future__ import annotations
+
+import copy
+import html
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+OK, TODO = "done", "to do"
+
+
+@dataclass
+class Item:
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class Readiness:
+    """The checklist; ``deterministic`` fields are safe to print in compared notebook cells."""
+
+    items: list[Item] = field(default_factory=list)
+    eager_sim_us: float = 0.0
+    compiled_sim_us: float = 0.0
+    eager_launches: int = 0
+    compiled_launches: int = 0
+    wall_ratio_vs_cpu: float = 0.0  # npu eager wall time / CPU eager wall time (host-dependent)
+
+    @property
+    def ready(self) -> bool:
+        return all(i.status == OK for i in self.items)
+
+    def __str__(self) -> str:
+        lines = [f"[{'x' if i.status == OK else ' '}] {i.name}: {i.detail}" for i in self.items]
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td>{'&#9745;' if i.status == OK else '&#9744;'}</td><td>{html.escape(i.name)}</td>"
+                       f"<td style='text-align:left'>{html.escape(i.detail)}</td></tr>" for i in self.items)
+        return f"<table><tr><th></th><th>step</th><th>measured</th></tr>{rows}</table>"
+
+
+#: ATen names whose OpInfo entry is spelled differently.
+_OPINFO_ALIASES = {
+    "convolution": "nn.functional.conv2d", "convolution_backward": "nn.functional.conv2d",
+    "native_batch_norm": "nn.functional.batch_norm", "native_layer_norm": "nn.functional.layer_norm",
+    "_log_softmax": "log_softmax", "_softmax": "softmax", "nll_loss_forward": "nn.functional.nll_loss",
+    "max_pool2d_with_indices": "nn.functional.max_pool2d", "embedding_dense_backward": "nn.functional.embedding",
+    "threshold_backward": "nn.functional.relu", "gelu_backward": "nn.functional.gelu",
+}
+
+
+def _opinfo_name(aten_name: str, claimed: Any) -> str | None:
+    for candidate in (aten_name, aten_name.rstrip("_"), f"nn.functional.{aten_name}", _OPINFO_ALIASES.get(aten_name)):
+        if candidate and candidate in claimed:
+            return candidate
+    return None
+
+
+def _sim(fn: Any) -> tuple[float, int]:
+    from ..profiler import profile
+
+    with profile() as prof:
+        fn()
+        torch.npu.synchronize()
+    return prof.sim_time_us, prof.launches
+
+
+def readiness(model: torch.nn.Module, *inputs: torch.Tensor, compile: bool = True) -> Readiness:
+    """Measure the adaptation checklist for ``model`` on ``inputs`` (forward and backward)."""
+    from ..ops.conformance import CLAIMED_OPINFOS
+    from ..profiler import coverage
+    from .verify import verify
+
+    report = Readiness()
+    cov = coverage(copy.deepcopy(model).to("npu"), tuple(x.to("npu") for x in inputs))
+    report.items.append(Item(
+        "operators covered", OK if cov.ready else TODO,
+        f"{len(cov.native)} native, {len(cov.composite)} composite, {len(cov.fallback)} on the CPU fallback, "
+        f"{len(cov.missing)} missing" + (f" (fallback: {', '.join(sorted(cov.fallback))})" if cov.fallback else "")))
+
+    check = verify(model, *inputs)
+    report.items.append(Item("results match the CPU", OK if check.ok else TODO,
+                             f"{len(check.tensors)} outputs and gradients; worst max|d| {check.worst.max_abs:.1e}"))
+
+    names = {op.split("::")[-1].split(".")[0] for op in cov.native}
+    tested = sorted(n for n in names if _opinfo_name(n, CLAIMED_OPINFOS))
+    report.items.append(Item("native operators in the OpInfo conformance suite", OK if tested else TODO,
+                             f"{len(tested)} of {len(names)} operator families ({', '.join(tested[:8])}"
+                             f"{', ...' if len(tested) > 8 else ''})"))
+
+    npu_model = copy.deepcopy(model).to("npu")
+    npu_in = [x.to("npu") for x in inputs]
+
+    def eager() -> None:
+        npu_model(*npu_in).float().sum().backward()
+
+    eager()  # warm-up: kernels compiled before measuring
+    report.eager_sim_us, report.eager_launches = _sim(eager)
+    if compile:
+        import torch._dynamo
+
+        from ..compiler.record import last_compile
+
+        torch._dynamo.reset()
+        compiled = torch.compile(npu_model, backend="npu")
+
+        def fast() -> None:
+            compiled(*npu_in).float().sum().backward()
+
+        fast()
+        fused = sum(len(g.kernels) + sum(1 for n in g.final.graph.nodes if n.op == "call_function"
+                                         and str(n.target).startswith("npu."))
+                    for g in last_compile().graphs)
+        report.compiled_sim_us, report.compiled_launches = _sim(fast)
+        torch._dynamo.reset()
+        report.items.append(Item(
+            "fusion enabled in the compiled graph", OK if fused else TODO,
+            f"{fused} fused kernels; launches per step {report.eager_launches} eager -> "
+            f"{report.compiled_launches} compiled; simulated device time {report.eager_sim_us:.0f} us -> "
+            f"{report.compiled_sim_us:.0f} us"))
+
+    cpu_model = copy.deepcopy(model).to("cpu")
+    cpu_in = [x.to("cpu") for x in inputs]
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    cpu_t = best(lambda: cpu_model(*cpu_in).float().sum().backward())
+    npu_t = best(lambda: (eager(), torch.npu.synchronize()))
+    report.wall_ratio_vs_cpu = npu_t / cpu_t
+    report.items.append(Item("performance measured against the CPU", OK,
+                             f"eager step {npu_t * 1e3:.2f} ms on npu vs {cpu_t * 1e3:.2f} ms on the CPU "
+                             f"({report.wall_ratio_vs_cpu:.1f}x; the simulated chip runs on this host)"))
+    return report

@@ -1,0 +1,39 @@
+"""verify() and readiness(): chapter 8's correctness check and live adaptation checklist."""
+
+from __future__ import annotations
+
+import torch
+
+import npu_lab
+from npu_lab import models
+
+
+def test_verify_passes_for_a_correct_model_and_reports_every_gradient():
+    m = models.mlp()
+    x, _ = models.example_batch(m, 4)
+    v = npu_lab.verify(m, x)
+    assert v.ok and len(v.tensors) == 1 + len(list(m.parameters()))
+    assert "PASS" in str(v) and "<table>" in v._repr_html_()
+    assert all(p.device.type == "cpu" for p in m.parameters())  # the model is copied, not moved
+
+
+def test_verify_fails_when_the_npu_result_is_wrong():
+    class Skewed(torch.nn.Module):
+        def forward(self, x):
+            return x * (1.001 if x.device.type == "npu" else 1.0)
+
+    v = npu_lab.verify(Skewed(), torch.ones(3, 4), backward=False)
+    assert not v.ok and v.worst.max_abs > 5e-4 and "FAIL" in str(v)
+
+
+def test_readiness_measures_every_item():
+    m = models.TransformerBlock()
+    x, _ = models.example_batch(m, 2)
+    r = npu_lab.readiness(m, x)
+    names = [i.name for i in r.items]
+    assert names == ["operators covered", "results match the CPU",
+                     "native operators in the OpInfo conformance suite", "fusion enabled in the compiled graph",
+                     "performance measured against the CPU"]
+    assert r.items[0].status == "done" and r.items[1].status == "done"
+    assert r.compiled_launches < r.eager_launches and r.compiled_sim_us < r.eager_sim_us
+    assert r.wall_ratio_vs_cpu > 0
