@@ -37,6 +37,7 @@ __all__ = [
     "readiness",
     "cost_model",
     "cpu_fallback_enabled",
+    "device_array",
     "doctor",
     "fallback_report",
     "set_cpu_fallback",
@@ -44,6 +45,19 @@ __all__ = [
     "transfer_stats",
     "verify",
 ]
+
+
+def device_array(tensor):
+    """The NumPy view of an ``npu`` tensor's device memory, with the tensor's shape and strides.
+
+    This is what a kernel works on: writing into the array writes the tensor.
+    Use it to write your own numba kernels for ``npu`` (chapters 7 and 8).
+    """
+    from .device.tensors import as_array
+
+    if tensor.device.type != "npu":
+        raise ValueError(f"device_array needs an npu tensor, got one on {tensor.device}")
+    return as_array(tensor)
 
 
 def verify(model, *inputs, **kwargs):

@@ -295,3 +295,42 @@ def test_conv_bn_relu_fusion_in_inference():
     assert final.code.count("npu.conv_bn_relu") == 2
     assert "convolution.default" not in final.code and "batch_norm" not in final.code.replace("conv_bn", "")
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_custom_pass_is_run_recorded_and_part_of_the_cache_key():
+    import torch._dynamo
+
+    import npu_lab.compiler as compiler
+
+    aten = torch.ops.aten
+    seen = []
+
+    def mul_by_two_to_add(gm):
+        changes = []
+        for n in list(gm.graph.nodes):
+            if n.op == "call_function" and n.target == aten.mul.Tensor and n.args[1] == 2:
+                with gm.graph.inserting_before(n):
+                    new = gm.graph.call_function(aten.add.Tensor, (n.args[0], n.args[0]))
+                n.replace_all_uses_with(new)
+                gm.graph.erase_node(n)
+                changes.append("x * 2 -> x + x")
+        seen.append(len(changes))
+        return changes
+
+    def f(x):
+        return (x * 2).sin()
+
+    x = torch.randn(8, device="npu")
+    compiler.reset()
+    torch._dynamo.reset()
+    torch.compile(f, backend="npu")(x)  # without the pass: cached graph must not be reused below
+    with compiler.extra_pass(mul_by_two_to_add):
+        torch._dynamo.reset()
+        out = torch.compile(f, backend="npu")(x)
+        snap = compiler.last_compile().graph("inference").snapshot("mul_by_two_to_add")
+    assert seen == [1] and snap.changes == ["x * 2 -> x + x"]
+    names = [s.name for s in compiler.last_compile().graph("inference").snapshots]
+    assert names.index("pattern_fusion") < names.index("mul_by_two_to_add") < names.index("pointwise_fusion")
+    torch.testing.assert_close(out.cpu(), f(x.cpu()))
+    assert compiler.custom_passes.REGISTERED == {}
+    torch._dynamo.reset()

@@ -15,6 +15,7 @@ from torch._dynamo import register_backend
 from . import autotune, passes
 from .backend import compile_graph, decompositions, npu_backend, reset, stats
 from .config import CompilerConfig, config
+from .custom_passes import extra_pass, register_pass, unregister_pass
 from .record import CompileRecord, GraphRecord, PassSnapshot, last_compile
 
 if "npu" not in __import__("torch")._dynamo.list_backends(exclude_tags=()):
@@ -22,5 +23,6 @@ if "npu" not in __import__("torch")._dynamo.list_backends(exclude_tags=()):
 
 __all__ = [
     "CompileRecord", "CompilerConfig", "GraphRecord", "PassSnapshot", "autotune", "compile_graph",
-    "config", "decompositions", "last_compile", "npu_backend", "passes", "reset", "stats",
+    "config", "decompositions", "extra_pass", "last_compile", "npu_backend", "passes", "register_pass", "reset",
+    "stats", "unregister_pass",
 ]

@@ -29,7 +29,7 @@ from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from ..ops.registry import CLAIMED
-from . import autotune
+from . import autotune, custom_passes
 from .config import CompilerConfig, config
 from .passes import PIPELINE
 from .passes.pattern_fusion import fuse_attention
@@ -72,7 +72,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
     graph_record = GraphRecord(kind)
     if record is not None:
         record.graphs.append(graph_record)
-    key = hashlib.sha1(f"{kind}|{gm.code}|{_signature(example_inputs)}|{cfg}".encode()).hexdigest()
+    key = hashlib.sha1(
+        f"{kind}|{gm.code}|{_signature(example_inputs)}|{cfg}|{custom_passes.signature()}".encode()).hexdigest()
     if cfg.cache and key in _cache:
         stats["cache_hits"] += 1
         graph_record.cache_hit = True
@@ -85,6 +86,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
         if getattr(cfg, switch):
             changes = run(gm)
             graph_record.snapshots.append(_snapshot(switch, gm, changes))
+        if switch == "pattern_fusion":
+            for name, changes in custom_passes.run(gm):
+                graph_record.snapshots.append(_snapshot(name, gm, changes))
     if cfg.autotune:
         tried = autotune.tune_graph(gm)
         graph_record.snapshots.append(_snapshot("autotune", gm, tried))
