@@ -30,8 +30,18 @@ STUB_MESSAGE = "YOUR CODE HERE"
 
 
 def is_stub_error(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is an exercise stub's ``NotImplementedError`` (not, say, a missing kernel)."""
-    return isinstance(exc, NotImplementedError) and (not str(exc) or STUB_MESSAGE in str(exc))
+    """Whether ``exc`` is an exercise stub's ``NotImplementedError`` (not, say, a missing kernel).
+
+    Follows wrapped exceptions too: a stub pass raising inside ``torch.compile``
+    arrives as Dynamo's ``BackendCompilerFailed``.
+    """
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, NotImplementedError) and (not str(exc) or str(exc).strip() == STUB_MESSAGE):
+            return True
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
+        seen += 1
+    return False
 
 
 def clone(obj: Any) -> Any:
