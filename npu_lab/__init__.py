@@ -15,6 +15,10 @@ from .device import registration as _registration
 
 _registration.register()
 
+from . import _torch_private  # noqa: E402
+
+_torch_private.keep_dynamo_out_of_the_runtime()
+
 from .device.clock import CostModel, cost_model  # noqa: E402
 from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
 from .device.fallback import report as fallback_report  # noqa: E402

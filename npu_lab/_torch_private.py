@@ -93,3 +93,54 @@ def install_serialization(device_type: str) -> None:
 
     _reduce_ex_internal._npu_lab_device = device_type  # type: ignore[attr-defined]
     torch.Tensor._reduce_ex_internal = _reduce_ex_internal  # type: ignore[method-assign]
+
+
+# -- Dynamo must not trace the device's own Python (checked on torch 2.13) ----------------------
+#: The lab's runtime packages: kernels run here, called by the dispatcher. When a compiled function
+#: graph-breaks, Dynamo's frame hook sees every new Python frame, including these kernels; tracing
+#: them with fake tensors fails, so they go on Dynamo's skip list (like torch's own files).
+DYNAMO_SKIP = ("npu_lab.ops", "npu_lab.kernels", "npu_lab.device", "npu_lab.profiler", "npu_lab.lazy",
+               "npu_lab._torch_private", "npu_lab.inductor.runtime")
+
+
+def _skip_runtime_in_dynamo(trace_rules: Any) -> None:
+    for name in DYNAMO_SKIP:
+        trace_rules.add(name)
+
+
+class _AfterImport:
+    """A meta-path finder that runs a callback right after one module is imported."""
+
+    def __init__(self, name: str, callback: Any) -> None:
+        self.name, self.callback = name, callback
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != self.name:
+            return None
+        import importlib.util
+        import sys
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        original = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_module(module: Any) -> None:
+            original(module)
+            callback(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def keep_dynamo_out_of_the_runtime() -> None:
+    """Put the runtime packages on Dynamo's skip list, now or when Dynamo is first imported."""
+    import sys
+
+    module = sys.modules.get("torch._dynamo.trace_rules")
+    if module is not None:
+        _skip_runtime_in_dynamo(module)
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport("torch._dynamo.trace_rules", _skip_runtime_in_dynamo))

@@ -334,3 +334,36 @@ def test_custom_pass_is_run_recorded_and_part_of_the_cache_key():
     torch.testing.assert_close(out.cpu(), f(x.cpu()))
     assert compiler.custom_passes.REGISTERED == {}
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("backend", ["eager", "npu"])
+def test_graph_break_on_backward_runs_npu_kernels_eagerly(backend):
+    """After a graph break Dynamo sees every new frame; the device's own kernels must be skipped."""
+    import copy
+    import warnings
+
+    import torch._dynamo
+
+    from npu_lab import models
+
+    torch.manual_seed(0)
+    base = models.mlp()
+    x, y = models.example_batch(base, 16)
+    losses = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        m = copy.deepcopy(base).to("npu")
+
+        def step(a, b, m=m):
+            loss = models.loss_fn(m, m(a), b)
+            loss.backward()  # a graph break: the backward runs eagerly under Dynamo's frame hook
+            return loss
+
+        fn = torch.compile(step, backend=backend) if compiled else step
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*Dynamo does not know how to trace.*")
+            losses.append((fn(x.to("npu"), y.to("npu")).item(), [p.grad.cpu() for p in m.parameters()]))
+    assert abs(losses[0][0] - losses[1][0]) < 1e-6
+    for g0, g1 in zip(losses[0][1], losses[1][1]):
+        torch.testing.assert_close(g0, g1)
+    torch._dynamo.reset()

@@ -33,7 +33,8 @@ class NumbaScheduling(BaseScheduling):
     """Generates one numba kernel per (fused) group of scheduler nodes."""
 
     def get_backend_features(self, device: torch.device) -> OrderedSet[BackendFeature]:
-        return OrderedSet()
+        # One loop nest reduces a whole row: never split reductions into two kernels (GPU-style).
+        return OrderedSet([BackendFeature.REDUCE_TO_SINGLE_ELEMENT])
 
     def group_fn(self, sizes: Any) -> tuple:
         return tuple(V.graph.sizevars.simplify(sympy.Mul(*s)) for s in sizes)
