@@ -17,7 +17,7 @@ from torch._inductor.scheduler import BaseScheduling
 from torch._inductor.utils import OrderedSet
 from torch._inductor.virtualized import V
 
-from .kernel import NumbaKernel
+from .kernel import NP_NAMES, NumbaKernel, Unsupported
 
 #: Every kernel generated in this process: name -> source (for learners to read).
 GENERATED: dict[str, str] = {}
@@ -48,6 +48,12 @@ class NumbaScheduling(BaseScheduling):
         return _fusable(node1, node2)
 
     def codegen_node(self, node: Any) -> None:
+        for sub in node.get_nodes():
+            for dep in sub.read_writes.reads | sub.read_writes.writes:
+                dtype = V.graph.get_dtype(dep.name)
+                if dtype not in NP_NAMES:
+                    raise Unsupported(f"npu Inductor backend: no numba type for {dtype} (buffer {dep.name}); "
+                                      "compile the model in float32")
         kernel = NumbaKernel()
         with kernel:
             for sub in node.get_nodes():

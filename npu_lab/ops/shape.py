@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..device.tensors import as_array
 from .common import check_same_device, empty, launch, nbytes, resize_out
 from .copy import device_copy
 from .registry import register
@@ -47,10 +48,10 @@ def _cat(tensors, dim: int, out: torch.Tensor | None = None) -> torch.Tensor:
         shape[dim] = sum(t.shape[dim] for t in parts)
         res = empty(shape, dtype)
         offset = 0
-        for t in parts:
+        for t in parts:  # one kernel: every part copied into its slice (casting as it goes)
             n = t.shape[dim]
-            if n:
-                device_copy(res.narrow(dim, offset, n), t)
+            if n and t.numel():
+                as_array(res.narrow(dim, offset, n))[...] = as_array(t)
             offset += n
     launch("cat", 0, sum(nbytes(t) for t in tensors), nbytes(res))
     if out is not None:
