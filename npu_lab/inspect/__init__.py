@@ -2,10 +2,10 @@
 
 from . import aot, dispatch, draw, dynamo, explorer, irs
 from .draw import Drawing, draw_autograd, draw_fx
-from .explorer import GuardExplorer, PassExplorer, explore_guards, explore_passes
+from .explorer import GuardExplorer, GuardTrial, PassExplorer, PassStep, explore_guards, explore_passes
 from .irs import compare_irs
 
 __all__ = [
-    "Drawing", "GuardExplorer", "PassExplorer", "aot", "compare_irs", "dispatch", "draw", "draw_autograd",
-    "draw_fx", "dynamo", "explore_guards", "explore_passes", "explorer", "irs",
+    "Drawing", "GuardExplorer", "GuardTrial", "PassExplorer", "PassStep", "aot", "compare_irs", "dispatch", "draw",
+    "draw_autograd", "draw_fx", "dynamo", "explore_guards", "explore_passes", "explorer", "irs",
 ]
