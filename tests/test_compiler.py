@@ -367,3 +367,4 @@ def test_graph_break_on_backward_runs_npu_kernels_eagerly(backend):
     for g0, g1 in zip(losses[0][1], losses[1][1]):
         torch.testing.assert_close(g0, g1)
     torch._dynamo.reset()
+

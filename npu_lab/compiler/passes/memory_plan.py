@@ -56,10 +56,14 @@ last_plan: MemoryPlan | None = None
 
 def _nbytes(val: object) -> int:
     if isinstance(val, torch.Tensor):
-        try:
-            return round_size(int(val.numel()) * val.element_size())
-        except (TypeError, RuntimeError):  # symbolic sizes: not plannable
-            return 0
+        n = val.numel()
+        if isinstance(n, torch.SymInt):
+            # Dynamic shapes: plan with the example's size, read without int(), which would
+            # add a guard and make Dynamo specialize the graph to that size again.
+            n = n.node.hint
+            if n is None:
+                return 0
+        return round_size(int(n) * val.element_size())
     if isinstance(val, (tuple, list)):
         return sum(_nbytes(v) for v in val)
     return 0
