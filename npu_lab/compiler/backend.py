@@ -83,7 +83,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
         return cached
     graph_record.snapshots.append(_snapshot("input", gm, []))
     for switch, run in PIPELINE:
-        if getattr(cfg, switch):
+        # the layout pass has no backward for its NHWC kernels: it rewrites inference graphs only
+        if getattr(cfg, switch) and (switch != "layout" or kind == "inference"):
             changes = run(gm)
             graph_record.snapshots.append(_snapshot(switch, gm, changes))
         if switch == "pattern_fusion":

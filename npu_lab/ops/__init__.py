@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     factories,
     fused,
     indexing,
+    layout,
     linalg,
     losses,
     norm,

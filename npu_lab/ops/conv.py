@@ -54,6 +54,22 @@ def _cols(x: np.ndarray, kh, kw, stride, padding, dilation, ho, wo) -> np.ndarra
     return cols
 
 
+def conv_traffic(n: int, ho: int, wo: int, c: int, kh: int, kw: int, o: int, itemsize: int, nhwc: bool,
+                 pointwise: bool = False) -> int:
+    """Bytes a convolution moves besides reading its operands and writing its result.
+
+    Both layouts build the im2col matrix (written, then read by the matmul) unless
+    an NHWC 1x1 convolution can use its input as that matrix. In NCHW the matmul's
+    ``(N*Ho*Wo, Cout)`` result is written and read back once more to transpose it
+    into ``(N, Cout, Ho, Wo)``; NHWC output needs no transpose. The cost model
+    charges these bytes, which is what makes the layout choice visible in
+    simulated time.
+    """
+    cols = 0 if pointwise else n * ho * wo * c * kh * kw * itemsize
+    result = 0 if nhwc else n * ho * wo * o * itemsize
+    return 2 * cols + 2 * result
+
+
 def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
     m, k = a.shape
@@ -83,7 +99,9 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
         result += as_array(bias).reshape(1, o)
     out = empty((n, o, ho, wo), input.dtype)
     as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
-    launch("conv2d", 2.0 * n * ho * wo * o * cg * kh * kw, nbytes(input) + nbytes(weight), nbytes(out))
+    extra = conv_traffic(n, ho, wo, c, kh, kw, o, out.element_size(), nhwc=False) // 2
+    launch("conv2d", 2.0 * n * ho * wo * o * cg * kh * kw, nbytes(input) + nbytes(weight) + extra,
+           nbytes(out) + extra)
     return out.squeeze(2) if squeeze else out
 
 

@@ -23,6 +23,7 @@ import torch
 
 from ..kernels import matmul as mk
 from .common import as_array, check_same_device, empty, launch, nbytes
+from .conv import conv_traffic
 from .linalg import _contig, tiles
 
 
@@ -153,8 +154,9 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
         result[:, g * og:(g + 1) * og] = part
     out = empty((n, o, ho, wo), x.dtype)
     as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
+    extra = conv_traffic(n, ho, wo, x.shape[1], kh, kw, o, out.element_size(), nhwc=False) // 2
     launch("conv_bn_relu" if relu else "conv_bn", 2.0 * n * ho * wo * o * cg * kh * kw,
-           nbytes(x) + nbytes(weight), nbytes(out))
+           nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra)
     return out
 
 

@@ -14,6 +14,7 @@ import torch.fx
 
 from .constant_folding import constant_folding
 from .dce import dead_code_elimination
+from .layout import layout_nhwc
 from .memory_plan import memory_planning
 from .pattern_fusion import pattern_fusion
 from .pointwise_fusion import pointwise_fusion
@@ -25,9 +26,10 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("dead_code_elimination", dead_code_elimination),
     ("constant_folding", constant_folding),
     ("pattern_fusion", pattern_fusion),
+    ("layout", layout_nhwc),  # inference graphs only (see backend.compile_graph)
     ("pointwise_fusion", pointwise_fusion),
     ("memory_planning", memory_planning),
 ]
 
-__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "memory_planning", "pattern_fusion",
-           "pointwise_fusion"]
+__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "layout_nhwc", "memory_planning",
+           "pattern_fusion", "pointwise_fusion"]
