@@ -1,0 +1,284 @@
+"""Chapter A: PyTorch's architecture - tensors as views of a storage, contiguity, autograd's graph.
+
+Four exercises of rising difficulty:
+
+* ``arch.view_geometry`` - the sizes, strides and storage offset of an indexed view, by arithmetic;
+* ``arch.contiguity`` - PyTorch's contiguity rule from sizes and strides (size-1 and empty dims);
+* ``arch.backward_nodes`` - walk ``next_functions`` and count autograd's nodes (shared nodes once);
+* ``arch.fix_inplace`` - repair a function whose in-place update breaks its backward pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.tester import Tester, short
+
+chapter("arch", "PyTorch architecture and core principles", [
+    "A Python call goes through the dispatcher (autograd key, then backend key) to one kernel",
+    "A tensor is a storage plus sizes, strides and a storage offset; views share the storage",
+    "Contiguity is a property of the strides, and size-1 dimensions do not count",
+    "Autograd records grad_fn nodes while the forward runs (define-by-run) and walks them backwards",
+    "An in-place update bumps a version counter; autograd refuses saved tensors that changed",
+    "nn.Module owns parameters and buffers; .to('npu') moves them into device memory",
+    "Tensors of one operation must be on one device",
+])
+
+
+# ---------------------------------------------------------------------------------------------
+# arch.view_geometry
+# ---------------------------------------------------------------------------------------------
+
+class _TorchCalls(TorchFunctionMode):
+    """Records the torch functions called while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _real_view(size, stride, offset, index):
+    """What PyTorch does: make the view on a storage large enough, then index it."""
+    extent = offset + sum((s - 1) * st for s, st in zip(size, stride) if s > 0) + 1
+    base = torch.empty(max(extent, 1)).as_strided(size, stride, offset)
+    v = base[index]
+    return tuple(v.shape), tuple(v.stride()), v.storage_offset()
+
+
+def _spec(index) -> str:
+    def one(i):
+        if isinstance(i, slice):
+            parts = ["" if p is None else str(p) for p in (i.start, i.stop)]
+            return ":".join(parts) + ("" if i.step is None else f":{i.step}")
+        return str(i)
+
+    return "[" + ", ".join(one(i) for i in index) + "]"
+
+
+_GEOMETRY_CASES = [
+    # (size, stride, offset, index, hidden, hint)
+    ((3, 4), (4, 1), 0, (1,), False,
+     "an integer index removes its dimension and moves the offset by index * stride; the other dimensions stay"),
+    ((3, 4), (4, 1), 0, (slice(None), 2), False,
+     "a full slice keeps its dimension unchanged; the integer 2 on the last dimension adds 2 * 1 to the offset"),
+    ((3, 4), (4, 1), 0, (slice(None, None, 2), slice(1, 3)), False,
+     "a slice's step multiplies the stride; its start adds start * stride to the offset; "
+     "its size is len(range(start, stop, step))"),
+    ((4, 3), (1, 4), 0, (slice(1, None), -1), False,
+     "use the base's own strides, whatever they are; a negative integer counts from the end (add the size)"),
+    ((2, 3, 4), (12, 4, 1), 0, (-1, slice(None, None, 3)), False,
+     "-1 selects the last block: offset += (size - 1) * stride; the last dimension is not indexed and stays"),
+    ((5,), (2,), 3, (slice(-3, None),), True,
+     "start from the base's own offset; negative slice bounds count from the end (slice.indices does it)"),
+    ((6,), (1,), 0, (slice(4, 2),), True,
+     "an empty slice keeps its dimension with size 0, and its start still moves the offset"),
+    ((7,), (1,), 0, (slice(1, None, 3),), True,
+     "when the step does not divide the length, the size rounds up: len(range(start, stop, step))"),
+    ((3, 4), (4, 1), 0, (), True, "an empty index gives the view back unchanged"),
+    ((4, 5), (5, 1), 2, (slice(2, 100), slice(-2, -1)), True,
+     "a stop past the end is clamped to the size: use slice.indices(size)"),
+    ((2, 3, 4), (1, 8, 2), 5, (1, slice(None), 3), True,
+     "every integer removes its dimension and moves the offset, wherever it stands in the index"),
+]
+
+
+@exercise("arch.view_geometry", "The geometry of an indexed view", names=["view_geometry"])
+def _view_geometry(t: Tester, view_geometry) -> None:
+    for size, stride, offset, index, hidden, hint in _GEOMETRY_CASES:
+        expected = _real_view(size, stride, offset, index)
+
+        def check(got, expected=expected):
+            if not isinstance(got, (tuple, list)) or len(got) != 3:
+                return False, "return a tuple (sizes, strides, offset)" + (
+                    " (did you forget to `return`?)" if got is None else "")
+            sizes, strides, off = got
+            if not isinstance(sizes, (tuple, list)) or not isinstance(strides, (tuple, list)):
+                return False, "sizes and strides should be tuples of ints"
+            got_n = (tuple(sizes), tuple(strides), off)
+            if got_n == expected:
+                return True, ""
+            wrong = [name for name, g, e in zip(("sizes", "strides", "offset"), got_n, expected) if g != e]
+            return False, "wrong " + (wrong[0] if len(wrong) == 1 else ", ".join(wrong[:-1]) + " and " + wrong[-1])
+
+        t.case(f"view_geometry({size}, {stride}, {offset}, {_spec(index)})", view_geometry, size, stride,
+               offset, index, expected=expected, hint=hint, hidden=hidden, check=check)
+
+    mode = _TorchCalls()
+
+    def run_watched():
+        with mode:
+            return view_geometry((3, 4), (4, 1), 0, (slice(None, None, 2), 1))
+
+    outcome = t.call(run_watched)
+    if outcome.ok:
+        t.expect("view_geometry works it out by arithmetic (it calls no torch function)", not mode.calls,
+                 expected="no torch calls", got=", ".join(sorted(set(mode.calls))[:5]) or "none",
+                 hint="do not build a tensor to ask PyTorch: compute the sizes, strides and offset yourself")
+
+
+# ---------------------------------------------------------------------------------------------
+# arch.contiguity
+# ---------------------------------------------------------------------------------------------
+
+_CONTIGUITY_CASES = [
+    # (size, stride, hidden, hint)
+    ((2, 3), (3, 1), False, "row by row: the last stride is 1, each earlier one the product of the sizes after it"),
+    ((3, 2), (1, 3), False, "a transpose: neighbours in the last dimension are 3 elements apart"),
+    ((2, 3), (4, 1), False, "rows 4 apart but only 3 long: a column slice of a wider tensor leaves gaps"),
+    ((3, 1), (1, 1), False, "a dimension of size 1 is never stepped along, so its stride does not matter"),
+    ((1, 3), (100, 1), False, "a dimension of size 1 is never stepped along, so its stride does not matter"),
+    ((4,), (0,), False, "stride 0 on a dimension longer than 1 (an expand) repeats one element: not contiguous"),
+    ((0, 5), (7, 3), False, "a tensor with no elements is contiguous whatever its strides"),
+    ((), (), False, "a 0-dimensional tensor (a scalar) is contiguous"),
+    ((3, 4, 5), (20, 5, 1), True, "compare each stride with the product of the sizes after it"),
+    ((3, 4, 5), (20, 1, 4), True, "a permutation of the last two dimensions is not contiguous"),
+    ((5, 1, 1), (1, 5, 5), True, "skip every size-1 dimension when you compare strides"),
+    ((2, 0, 3), (0, 0, 0), True, "any dimension of size 0 means no elements: contiguous"),
+    ((6,), (2,), True, "a step slice: elements 2 apart"),
+    ((1,), (0,), True, "size 1 with stride 0 is still contiguous"),
+    ((2, 1, 3), (3, 7, 1), True, "skip every size-1 dimension when you compare strides"),
+]
+
+
+@exercise("arch.contiguity", "Contiguous or not, from sizes and strides", names=["is_contiguous_by_strides"])
+def _contiguity(t: Tester, is_contiguous_by_strides) -> None:
+    for size, stride, hidden, hint in _CONTIGUITY_CASES:
+        expected = torch.empty_strided(size, stride).is_contiguous()
+
+        def check(got, expected=expected):
+            if not isinstance(got, bool):
+                return False, "return True or False" + (" (did you forget to `return`?)" if got is None else "")
+            return got == expected, ""
+
+        t.case(f"is_contiguous_by_strides({size}, {stride})", is_contiguous_by_strides, size, stride,
+               expected=expected, hint=hint, hidden=hidden, check=check)
+
+
+# ---------------------------------------------------------------------------------------------
+# arch.backward_nodes
+# ---------------------------------------------------------------------------------------------
+
+def _reference_nodes(root) -> dict[str, int]:
+    seen: set = set()
+    counts: Counter = Counter()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        counts[type(node).__name__] += 1
+        stack.extend(fn for fn, _ in node.next_functions)
+    return dict(counts)
+
+
+def _graphs(hidden: bool) -> list[tuple[str, torch.Tensor, str]]:
+    """(description, output tensor, hint) for the graphs of the check, built on npu."""
+    w = randn(3, seed=1, device="npu").requires_grad_()
+    b = randn(3, seed=2, device="npu").requires_grad_()
+    x = randn(3, seed=3, device="npu")
+    a = randn(2, 3, seed=4, device="npu").requires_grad_()
+    if not hidden:
+        return [
+            ("(w * x + b).sum(), x without grad", (w * x + b).sum(),
+             "every leaf that requires grad ends in an AccumulateGrad node; x needs none (its slot is None)"),
+            ("(a * a).exp(): a is used twice", (a * a).exp(),
+             "count each node once, even when two edges lead to it (keep a set of nodes already seen)"),
+            ("a leaf: a itself", a, "a leaf has no grad_fn (root is None): return an empty dict"),
+        ]
+    with torch.random.fork_rng(devices=[]):  # the learner's random stream stays as it was
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(3, 2).to("npu")
+    h = a.sin()
+    return [
+        ("linear + relu + mean", lin(a).relu().mean(), "walk every path; the Linear's weight and bias are leaves"),
+        ("h = a.sin(); (h * h + h).sum()", (h * h + h).sum(), "a node reached by three edges is still one node"),
+        ("a view chain", a.t()[0].sum() * 2, "views have backward nodes too (TBackward0, SelectBackward0)"),
+        ("w detached", (w.detach() * b).sum(), "a detached tensor is not part of the graph"),
+    ]
+
+
+@exercise("arch.backward_nodes", "Walk autograd's graph", names=["backward_nodes"])
+def _backward_nodes(t: Tester, backward_nodes) -> None:
+    for hidden in (False, True):
+        for desc, out, hint in _graphs(hidden):
+            root = out.grad_fn
+            expected = _reference_nodes(root)
+
+            def check(got, expected=expected):
+                if not isinstance(got, dict):
+                    return False, "return a dict {node class name: count}" + (
+                        " (did you forget to `return`?)" if got is None else "")
+                got = {k: v for k, v in got.items() if v}
+                if got == expected:
+                    return True, ""
+                diff = sorted(k for k in set(got) | set(expected) if got.get(k) != expected.get(k))
+                return False, "different counts for " + ", ".join(diff)
+
+            t.case(f"backward_nodes(root of {desc})", backward_nodes, root, expected=expected, hint=hint,
+                   hidden=hidden, check=check)
+
+
+# ---------------------------------------------------------------------------------------------
+# arch.fix_inplace
+# ---------------------------------------------------------------------------------------------
+
+def softmax_rows_reference(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=1)
+
+
+def _forward_backward(fn, x: torch.Tensor):
+    """Run fn on a fresh leaf copy of x, backward a weighted sum; (output, grad, input changed?)."""
+    leaf = x.detach().clone().requires_grad_()
+    version, before = leaf._version, leaf.detach().clone()
+    out = fn(leaf)
+    weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(out.device)
+    (out * weights).sum().backward()
+    changed = leaf._version != version or not torch.equal(leaf.detach().cpu(), before.cpu())
+    return out.detach(), leaf.grad, changed
+
+
+@exercise("arch.fix_inplace", "Repair an in-place update that breaks backward", names=["softmax_rows"])
+def _fix_inplace(t: Tester, softmax_rows) -> None:
+    cases = [("a 2x3 input", randn(2, 3, seed=5, device="npu"), False),
+             ("a 4x5 input", randn(4, 5, seed=6, device="npu"), False),
+             ("one row of large values", (randn(1, 6, seed=7) * 4).to("npu"), True),
+             ("a 3x1 input", randn(3, 1, seed=8, device="npu"), True)]
+    for desc, x, hidden in cases:
+        want_out, want_grad, _ = _forward_backward(softmax_rows_reference, x)
+        outcome = t.call(_forward_backward, softmax_rows, x)
+        if not outcome.ok:
+            if "modified by an inplace operation" in outcome.error:
+                hint = ("exp() saves its output for the backward pass; dividing that output in place (/=, div_) "
+                        "changes what was saved: divide out of place (y / y.sum(...)) instead")
+            elif "does not require grad" in outcome.error:
+                hint = "the result is cut off from x (a .detach() or torch.no_grad()?): backward cannot reach x"
+            else:
+                hint = "softmax_rows(x) should run forward and backward like torch.softmax(x, dim=1)"
+            t.error(f"softmax_rows on {desc}: forward and backward", outcome, hidden=hidden, hint=hint)
+            continue
+        out, grad, changed = outcome.value
+        t.case(f"softmax_rows on {desc}: values", lambda o=out: o, expected=want_out, hidden=hidden,
+               hint="each row should be exp(x) divided by the row's sum of exp(x)")
+        t.case(f"softmax_rows on {desc}: gradient", lambda g=grad: g, expected=want_grad, hidden=hidden,
+               rtol=1e-4, atol=1e-5, hint="the gradient differs: did you detach part of the computation?")
+        t.expect(f"softmax_rows on {desc}: the input is left unchanged", not changed, hidden=hidden,
+                 expected="x._version unchanged", got="x was modified in place" if changed else "unchanged",
+                 hint="do not update x in place (x.exp_(), x.data -= ...): the caller's tensor would change")
+    # a value check on its own, without autograd
+    x = randn(2, 4, seed=9, device="npu")
+    outcome = t.call(softmax_rows, x)
+    if outcome.ok:
+        t.expect("softmax_rows returns an npu tensor for an npu input",
+                 isinstance(outcome.value, torch.Tensor) and outcome.value.device.type == "npu",
+                 expected="a tensor on npu", got=short(outcome.value),
+                 hint="compute on the input's device (no .cpu() round trip)")

@@ -1,0 +1,405 @@
+"""Chapter 0: comparing the capture technologies and choosing one.
+
+Three exercises:
+
+* ``ch0.who_captures`` - say which technologies capture each of six small functions whole and
+  correctly; the check measures the truth by running all six technologies on every function;
+* ``ch0.export_branches`` - rewrite two functions with data-dependent Python control flow so that
+  ``torch.export`` accepts them (``torch.where`` / ``torch.cond``);
+* ``ch0.choose`` - the chapter's decision tree as a function, checked on public and hidden
+  requirement sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import logging
+import types
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.tester import Tester, short
+
+chapter("ch0", "Comparing and choosing a technology", [
+    "torch.compile, TorchScript, TorchFX, lazy tensors and torch.export capture a program at different levels",
+    "Branching on tensor values breaks whole-graph capture; jit.trace gets it silently wrong",
+    "Python side effects survive only where Python still runs (Dynamo replays them, lazy mode runs them)",
+    "torch.where and torch.cond put a data-dependent decision inside the graph",
+    "Capturing a graph does not make it faster; a compiler (fusion) does",
+    "Pick the technology from the constraints: deployment first, then the device runtime, then passes, then speed",
+])
+
+#: The technologies, in the order the chapter presents them.
+TECHS = ("torch.compile", "jit.trace", "jit.script", "fx", "export", "lazy")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch0.who_captures: six snippets, measured against six technologies
+# ---------------------------------------------------------------------------------------------
+
+#: A global the ``global_counter`` snippet updates (a Python side effect).
+STATS = {"calls": 0}
+
+
+def shape_branch(x):
+    if x.shape[0] > 4:
+        return x[:4] * 2
+    return x * 2
+
+
+def counted_loop(x):
+    for _ in range(3):
+        x = torch.tanh(x) + 1
+    return x
+
+
+def tensor_while(x):
+    while x.abs().max() > 1:
+        x = x / 2
+    return x
+
+
+def row_list(x):
+    rows = [x[i] * i for i in range(x.shape[0])]
+    return torch.stack(rows)
+
+
+def global_counter(x):
+    STATS["calls"] += 1
+    return x * 2
+
+
+def mean_branch(x):
+    if x.mean() > 0:
+        return x.relu()
+    return x.sin()
+
+
+#: The snippets of the exercise: name -> function (the notebook prints their source).
+SNIPPETS: dict[str, Callable] = {f.__name__: f for f in (
+    shape_branch, counted_loop, tensor_while, row_list, global_counter, mean_branch)}
+#: The last two are graded as hidden cases.
+HIDDEN_SNIPPETS = ("global_counter", "mean_branch")
+
+#: Why each snippet comes out the way it does (shown when the answer for it is wrong).
+SNIPPET_HINTS = {
+    "shape_branch": "a branch on a shape is decided while capturing (fine for inputs of the same shape), "
+                    "but fx's symbolic_trace has no real shape: x.shape[0] is a Proxy it cannot compare",
+    "counted_loop": "range(3) does not depend on the input: every technology unrolls the loop or keeps it",
+    "tensor_while": "the loop count depends on tensor values: only jit.script keeps real control flow; "
+                    "jit.trace silently freezes the count it saw, lazy mode syncs at every test",
+    "row_list": "range(x.shape[0]) needs a real integer: fx's Proxy cannot be one, every other technology "
+                "knows the shape while capturing",
+    "global_counter": "the graph formats (trace, script, fx, export) keep tensor operations only, so the counter "
+                      "is lost or refused; Dynamo replays the side effect, lazy mode runs the Python each time",
+    "mean_branch": "a branch on a tensor's value: which way it goes is only known at run time",
+}
+
+
+class _Wrap(torch.nn.Module):
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class _SyncInside(RuntimeError):
+    """Lazy mode had to run part of the graph before the end (a sync point inside the function)."""
+
+
+def _by_compile(f, x1):
+    # a fresh copy of the code object gets its own Dynamo cache: whatever the learner compiled before
+    # (and the recompile limit) cannot change the measurement
+    fresh = types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    compiled = torch.compile(fresh, backend="eager", fullgraph=True)
+    compiled(x1)
+    return compiled
+
+
+def _by_trace(f, x1):
+    return torch.jit.trace(f, (x1,), check_trace=False)
+
+
+def _by_script(f, x1):
+    return torch.jit.script(f)
+
+
+def _by_fx(f, x1):
+    return torch.fx.symbolic_trace(f)
+
+
+def _by_export(f, x1):
+    return torch.export.export(_Wrap(f), (x1,)).module()
+
+
+def _by_lazy(f, x1):
+    import npu_lab.lazy as lazy
+
+    def run(x):
+        lazy.reset_metrics()
+        with lazy.mode():
+            out = f(x)
+        syncs = dict(lazy.metrics.sync_points)
+        if syncs != {"end of lazy mode": 1}:
+            raise _SyncInside(", ".join(sorted(syncs)))
+        return out
+
+    return run
+
+
+#: technology -> capture(fn, example_input) -> something to call on new inputs
+_CAPTURE = dict(zip(TECHS, (_by_compile, _by_trace, _by_script, _by_fx, _by_export, _by_lazy)))
+
+
+def example_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two inputs of the same shape that take different data-dependent paths."""
+    x1 = randn(6, 5, seed=0).abs().to("npu")            # mean > 0, max ~2
+    x2 = (-3 * randn(6, 5, seed=1).abs()).to("npu")     # mean < 0, max ~6
+    return x1, x2
+
+
+@contextlib.contextmanager
+def quiet():
+    """Silence the warnings, logs and prints the capture attempts produce."""
+    loggers = [logging.getLogger(n) for n in ("torch", "torch._dynamo", "torch.export", "torch.fx")]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.CRITICAL)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tensor) -> tuple[bool, str]:
+    """Capture ``fn`` with ``tech`` on ``x1``, run the capture on ``x2``: (same as eager?, what happened)."""
+    before = STATS["calls"]
+    want = fn(x2.clone())
+    eager_effect = STATS["calls"] - before
+    try:
+        with quiet():
+            run = _CAPTURE[tech](fn, x1.clone())
+            before = STATS["calls"]
+            got = run(x2.clone())
+            effect = STATS["calls"] - before
+    except _SyncInside as exc:
+        return False, f"synced inside the function ({exc})"
+    except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
+        return False, f"error ({type(exc).__name__})"
+    if not (got.shape == want.shape and torch.allclose(got.cpu(), want.cpu())):
+        return False, "wrong result"
+    if effect != eager_effect:
+        return False, "side effect lost"
+    return True, "ok"
+
+
+@functools.cache
+def capture_table() -> dict[str, dict[str, tuple[bool, str]]]:
+    """snippet -> technology -> (handled, what happened), measured (once per process)."""
+    x1, x2 = example_inputs()
+    return {name: {tech: captured_correctly(tech, fn, x1, x2) for tech in TECHS} for name, fn in SNIPPETS.items()}
+
+
+def _as_set(value) -> set | None:
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return set(value)
+    return None
+
+
+@exercise("ch0.who_captures", "Which technologies capture each function?", names=["captures"])
+def _who_captures(t: Tester, captures) -> None:
+    if not isinstance(captures, dict):
+        t.expect("captures is a dict: snippet name -> set of technology names", False,
+                 expected="dict", got=short(captures),
+                 hint='write captures = {"shape_branch": {"torch.compile", ...}, ...}')
+        return
+    unknown = sorted({str(v) for value in captures.values() for v in (_as_set(value) or ())} - set(TECHS))
+    t.expect("every technology name is one of TECHS", not unknown,
+             expected=", ".join(TECHS), got=", ".join(unknown) if unknown else "all known",
+             hint="spell the technologies exactly as in TECHS, e.g. 'jit.trace' and 'export'")
+    table = capture_table()
+    for name in SNIPPETS:
+        truth = {tech for tech, (ok, _) in table[name].items() if ok}
+        hidden = name in HIDDEN_SNIPPETS
+        answer = _as_set(captures.get(name))
+        if answer is None:
+            t.expect(f"captures[{name!r}]", False, expected=str(sorted(truth)), hidden=hidden,
+                     got="missing" if name not in captures else short(captures[name]),
+                     hint=f"give a set of technology names for {name!r} (an empty set if none)")
+            continue
+        missing, extra = sorted(truth - answer), sorted(answer - truth)
+        why = "; ".join(part for part in (f"missing {missing}" if missing else "",
+                                          f"should not include {extra}" if extra else "") if part)
+        details = "" if hidden else "; ".join(f"{tech}: {table[name][tech][1]}" for tech in missing + extra
+                                              if tech in table[name])
+        t.expect(f"captures[{name!r}]", not missing and not extra, hidden=hidden,
+                 expected=str(sorted(truth)), got=f"{sorted(answer)}" + (f"  ({why})" if why else ""),
+                 hint=SNIPPET_HINTS[name] + (f" (measured: {details})" if details else ""))
+
+
+# ---------------------------------------------------------------------------------------------
+# ch0.export_branches
+# ---------------------------------------------------------------------------------------------
+
+def gate_reference(x):
+    if x.mean() > 0:
+        return x * 2
+    return x / 2
+
+
+def rowwise_reference(x):
+    rows = []
+    for row in x:
+        if row.sum() > 0:
+            rows.append(row.relu())
+        else:
+            rows.append(-row)
+    return torch.stack(rows)
+
+
+_GATE_INPUTS = [
+    ("positive mean", torch.tensor([[1.0, 2.0, -0.5], [0.5, 1.0, 3.0]]), False),
+    ("negative mean", torch.tensor([[-1.0, -2.0, 0.5], [0.5, -1.0, -3.0]]), False),
+    ("mean exactly 0", torch.tensor([[1.0, -1.0, 2.0], [-2.0, 3.0, -3.0]]), True),
+    ("random", randn(2, 3, seed=7), True),
+]
+_ROW_INPUTS = [
+    ("rows of both signs", torch.tensor([[1.0, -0.5, 2.0], [-1.0, -2.0, 0.5], [0.5, 0.5, -2.0],
+                                         [3.0, -1.0, -1.0]]), False),
+    ("all rows negative", -torch.tensor([[1.0, 0.5, 2.0], [1.0, 2.0, 0.5], [0.5, 0.5, 2.0],
+                                         [3.0, 1.0, 1.0]]), False),
+    ("a row summing to exactly 0", torch.tensor([[1.0, -1.0, 0.0], [2.0, 1.0, -1.0], [-2.0, 1.0, -1.0],
+                                                 [0.5, 0.5, -1.0]]), True),
+    ("random", randn(4, 3, seed=11), True),
+]
+
+
+def _export(fn: Callable, example: torch.Tensor):
+    with quiet():
+        return torch.export.export(_Wrap(fn), (example,))
+
+
+def _decision_ops(ep) -> list[str]:
+    """Nodes of an exported graph that hold a data-dependent decision (where / cond / item)."""
+    found = []
+    for node in ep.graph_module.graph.nodes:
+        name = str(node.target)
+        if node.op == "call_function" and (name == "cond" or name.startswith("aten.where")
+                                           or name in ("aten.item.default", "aten._local_scalar_dense.default")):
+            found.append(name)
+    return found
+
+
+def _check_exportable(t: Tester, name: str, fn: Callable, reference: Callable, inputs, hint: str) -> None:
+    example = inputs[0][1].to("npu")
+    outcome = t.call(_export, fn, example)
+    if not outcome.ok:
+        if "data-dependent" in outcome.error or "DataDependent" in outcome.error:
+            hint = ("torch.export cannot branch on a tensor's value in Python (if / while on a tensor, .item()): "
+                    "compute both results and select with torch.where, or use torch.cond")
+        else:
+            hint = (f"exporting runs {name} once on an example input of shape {tuple(example.shape)}; "
+                    "it raised this error (try calling it on such a tensor yourself)")
+        t.error(f"torch.export.export({name}) on an example input", outcome, hint=hint)
+        return
+    ep = outcome.value
+    decisions = _decision_ops(ep)
+    items = [d for d in decisions if d.startswith(("aten.item", "aten._local_scalar_dense"))]
+    t.expect(f"{name}: the exported graph decides with where/cond, not with .item()",
+             bool(decisions) and not items, expected="aten.where or higher_order.cond in the graph",
+             got=", ".join(decisions) or "no decision in the graph",
+             hint="the choice must be a graph operation (torch.where(cond, a, b) or torch.cond(pred, f, g, (x,))); "
+                  "a graph without one computes the same thing for every input")
+    module = ep.module()
+    for label, x, hidden in inputs:
+        x = x.to("npu")
+        t.case(f"exported {name} on {label} == {name}_reference", module, x, expected=reference(x),
+               hidden=hidden, hint=hint)
+
+
+@exercise("ch0.export_branches", "Make data-dependent branches exportable", names=["gate", "rowwise"])
+def _export_branches(t: Tester, gate, rowwise) -> None:
+    _check_exportable(t, "gate", gate, gate_reference, _GATE_INPUTS,
+                      "the reference takes the x / 2 branch when the mean is not > 0 (also when it is exactly 0)")
+    _check_exportable(t, "rowwise", rowwise, rowwise_reference, _ROW_INPUTS,
+                      "decide per row: compare row sums (x.sum(dim=1, keepdim=True) > 0) and let the mask "
+                      "broadcast over the columns; a row summing to exactly 0 takes the -row branch")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch0.choose
+# ---------------------------------------------------------------------------------------------
+
+#: The answers ``choose`` may give.
+CHOICES = ("torchscript", "torch.export", "lazy", "torch.fx", "torch.compile", "eager")
+#: The requirement keys (each True or False; a missing key means False).
+REQUIREMENTS = ("deploy_without_python", "legacy_torchscript_runtime", "whole_step_graphs",
+                "custom_graph_pass", "data_dependent_control_flow", "needs_speedup")
+
+
+def _tree(req: dict) -> str:
+    """The chapter's decision tree (the grader's reference)."""
+    def has(key: str) -> bool:
+        return bool(req.get(key, False))
+
+    if has("deploy_without_python"):
+        return "torchscript" if has("legacy_torchscript_runtime") else "torch.export"
+    if has("whole_step_graphs"):
+        return "lazy"
+    if has("custom_graph_pass"):
+        return "torch.compile" if has("data_dependent_control_flow") else "torch.fx"
+    return "torch.compile" if has("needs_speedup") else "eager"
+
+
+_CHOOSE_CASES = [
+    ({"needs_speedup": True}, False, "no deployment, no special device runtime, no pass of your own: speed "
+                                     "alone is torch.compile's job"),
+    ({}, False, "nothing asked for: stay eager (a missing key means False)"),
+    ({"deploy_without_python": True}, False, "a model that must run without Python needs an exported "
+                                             "artefact: torch.export"),
+    ({"deploy_without_python": True, "legacy_torchscript_runtime": True}, False,
+     "only an existing TorchScript runtime is a reason for torchscript today"),
+    ({"custom_graph_pass": True}, False, "your own pass on a graph without data-dependent branches: torch.fx"),
+    ({"whole_step_graphs": True, "needs_speedup": True}, False,
+     "a device runtime that compiles whole steps (XLA style) comes before speed: lazy"),
+    ({"custom_graph_pass": True, "data_dependent_control_flow": True}, True,
+     "fx's symbolic trace stops at a branch on a tensor; a torch.compile backend receives the pieces "
+     "Dynamo captures around it, and your pass can run there"),
+    ({"deploy_without_python": True, "data_dependent_control_flow": True, "needs_speedup": True}, True,
+     "deployment is checked first: torch.export, after rewriting the branch with torch.cond"),
+    ({"whole_step_graphs": True, "custom_graph_pass": True}, True,
+     "the device runtime question comes before the custom-pass question"),
+    ({"deploy_without_python": False, "legacy_torchscript_runtime": True, "needs_speedup": True}, True,
+     "a legacy runtime matters only when deploying without Python"),
+    ({"deploy_without_python": True, "whole_step_graphs": True, "custom_graph_pass": True}, True,
+     "deployment without Python is the first question of the tree"),
+    ({"data_dependent_control_flow": True}, True,
+     "data-dependent branches alone ask for nothing: eager runs them as they are"),
+]
+
+
+@exercise("ch0.choose", "The decision tree as a function", names=["choose"])
+def _choose(t: Tester, choose) -> None:
+    for req, hidden, hint in _CHOOSE_CASES:
+        expected = _tree(req)
+
+        def check(got, expected=expected):
+            if got not in CHOICES:
+                return False, f"not one of {CHOICES}" if got is not None else "did you forget to `return`?"
+            return got == expected, ""
+
+        t.case(f"choose({req})", choose, req, expected=expected, hidden=hidden, hint=hint, check=check)

@@ -1,0 +1,72 @@
+"""Plausible wrong answers to the architecture exercises (chapter ``arch``)."""
+
+WRONG: dict[str, list[str]] = {
+    "arch.view_geometry": [
+        # ignores negative integers
+        "def view_geometry(size, stride, offset, index):\n    sizes, strides = [], []\n"
+        "    for d, item in enumerate(index):\n        if isinstance(item, slice):\n"
+        "            start, stop, step = item.indices(size[d])\n"
+        "            sizes.append(len(range(start, stop, step)))\n"
+        "            strides.append(stride[d] * step)\n            offset += start * stride[d]\n"
+        "        else:\n            offset += item * stride[d]\n"
+        "    n = len(index)\n    return tuple(sizes) + tuple(size[n:]), tuple(strides) + tuple(stride[n:]), offset",
+        # forgets to multiply the stride by the step
+        "def view_geometry(size, stride, offset, index):\n    sizes, strides = [], []\n"
+        "    for d, item in enumerate(index):\n        if isinstance(item, slice):\n"
+        "            start, stop, step = item.indices(size[d])\n"
+        "            sizes.append(len(range(start, stop, step)))\n"
+        "            strides.append(stride[d])\n            offset += start * stride[d]\n"
+        "        else:\n            offset += (item % size[d]) * stride[d]\n"
+        "    n = len(index)\n    return tuple(sizes) + tuple(size[n:]), tuple(strides) + tuple(stride[n:]), offset",
+        # size as (stop - start) // step: wrong when the step does not divide, negative for empty slices
+        "def view_geometry(size, stride, offset, index):\n    sizes, strides = [], []\n"
+        "    for d, item in enumerate(index):\n        if isinstance(item, slice):\n"
+        "            start, stop, step = item.indices(size[d])\n            sizes.append((stop - start) // step)\n"
+        "            strides.append(stride[d] * step)\n            offset += start * stride[d]\n"
+        "        else:\n            offset += (item % size[d]) * stride[d]\n"
+        "    n = len(index)\n    return tuple(sizes) + tuple(size[n:]), tuple(strides) + tuple(stride[n:]), offset",
+        # asks PyTorch instead of computing
+        "def view_geometry(size, stride, offset, index):\n"
+        "    v = torch.empty(1000).as_strided(size, stride, offset)[index]\n"
+        "    return tuple(v.shape), v.stride(), v.storage_offset()",
+    ],
+    "arch.contiguity": [
+        # compares with the contiguous strides exactly: wrong for size-1 dimensions
+        "def is_contiguous_by_strides(size, stride):\n    want, step = [], 1\n    for s in reversed(size):\n"
+        "        want.append(step)\n        step *= max(s, 1)\n    return tuple(stride) == tuple(reversed(want))",
+        # skips size-1 dims but forgets empty tensors
+        "def is_contiguous_by_strides(size, stride):\n    expected = 1\n"
+        "    for s, st in zip(reversed(size), reversed(stride)):\n        if s == 1:\n            continue\n"
+        "        if st != expected:\n            return False\n        expected *= s\n    return True",
+        # only looks at the last stride
+        "def is_contiguous_by_strides(size, stride):\n    return len(stride) == 0 or stride[-1] == 1",
+    ],
+    "arch.backward_nodes": [
+        # a tree walk: counts a node once per path that reaches it
+        "def backward_nodes(root):\n    counts = {}\n    todo = [root]\n    while todo:\n"
+        "        node = todo.pop()\n        if node is None:\n            continue\n"
+        "        counts[type(node).__name__] = counts.get(type(node).__name__, 0) + 1\n"
+        "        todo.extend(n for n, _ in node.next_functions)\n    return counts",
+        # deduplicates by name instead of by node: two AccumulateGrad nodes count once
+        "def backward_nodes(root):\n    names, todo = set(), [root]\n    while todo:\n"
+        "        node = todo.pop()\n        if node is None:\n            continue\n"
+        "        names.add(type(node).__name__)\n        todo.extend(n for n, _ in node.next_functions)\n"
+        "    return {n: 1 for n in names}",
+        # forgets the None slots and the leaf case
+        "def backward_nodes(root):\n    counts, seen, todo = {}, set(), [root]\n    while todo:\n"
+        "        node = todo.pop()\n        if node in seen:\n            continue\n        seen.add(node)\n"
+        "        counts[node.name()] = counts.get(node.name(), 0) + 1\n"
+        "        todo.extend(n for n, _ in node.next_functions)\n    return counts",
+    ],
+    "arch.fix_inplace": [
+        # the original bug: divides exp's saved output in place
+        "def softmax_rows(x):\n    y = x.exp()\n    y /= y.sum(dim=1, keepdim=True)\n    return y",
+        # avoids the error by updating the input in place instead
+        "def softmax_rows(x):\n    y = x.detach().exp_()\n    return y / y.sum(dim=1, keepdim=True)",
+        # stable, but shifts the caller's x in place behind autograd's back (through .data)
+        "def softmax_rows(x):\n    x.data -= x.data.max(dim=1, keepdim=True).values\n    y = x.exp()\n"
+        "    return y / y.sum(dim=1, keepdim=True)",
+        # normalises over the wrong dimension
+        "def softmax_rows(x):\n    y = x.exp()\n    return y / y.sum(dim=0, keepdim=True)",
+    ],
+}

@@ -1,0 +1,77 @@
+"""Plausible wrong answers to the technology-choice exercises (chapter ``ch0``)."""
+
+_ALL = '{"torch.compile", "jit.trace", "jit.script", "fx", "export", "lazy"}'
+
+WRONG: dict[str, list[str]] = {
+    "ch0.who_captures": [
+        # believes jit.trace records control flow
+        "captures = {\n"
+        '    "shape_branch": {"torch.compile", "jit.trace", "jit.script", "export", "lazy"},\n'
+        f'    "counted_loop": {_ALL},\n'
+        '    "tensor_while": {"jit.script", "jit.trace"},\n'
+        '    "row_list": {"torch.compile", "jit.trace", "jit.script", "export", "lazy"},\n'
+        '    "global_counter": {"torch.compile", "lazy"},\n'
+        '    "mean_branch": {"jit.script", "jit.trace"},\n}',
+        # forgets that fx traces with Proxies that have no real shape
+        "captures = {\n"
+        f'    "shape_branch": {_ALL},\n'
+        f'    "counted_loop": {_ALL},\n'
+        '    "tensor_while": {"jit.script"},\n'
+        f'    "row_list": {_ALL},\n'
+        '    "global_counter": {"torch.compile", "lazy"},\n'
+        '    "mean_branch": {"jit.script"},\n}',
+        # thinks no graph technology keeps Python side effects
+        "captures = {\n"
+        '    "shape_branch": {"torch.compile", "jit.trace", "jit.script", "export", "lazy"},\n'
+        f'    "counted_loop": {_ALL},\n'
+        '    "tensor_while": {"jit.script"},\n'
+        '    "row_list": {"torch.compile", "jit.trace", "jit.script", "export", "lazy"},\n'
+        '    "global_counter": set(),\n'
+        '    "mean_branch": {"jit.script"},\n}',
+        # misspelt technology names
+        "captures = {name: {'TorchScript', 'TorchFX'} for name in "
+        "['shape_branch', 'counted_loop', 'tensor_while', 'row_list', 'global_counter', 'mean_branch']}",
+    ],
+    "ch0.export_branches": [
+        # keeps the Python branch: torch.export refuses it
+        "def gate(x):\n    if x.mean() > 0:\n        return x * 2\n    return x / 2\n"
+        "def rowwise(x):\n    return torch.where(x.sum(dim=1, keepdim=True) > 0, x.relu(), -x)",
+        # >= instead of >: wrong on the boundary
+        "def gate(x):\n    return torch.where(x.mean() >= 0, x * 2, x / 2)\n"
+        "def rowwise(x):\n    return torch.where(x.sum(dim=1, keepdim=True) >= 0, x.relu(), -x)",
+        # one decision for the whole tensor instead of one per row
+        "def gate(x):\n    return torch.where(x.mean() > 0, x * 2, x / 2)\n"
+        "def rowwise(x):\n    return torch.where(x.sum() > 0, x.relu(), -x)",
+        # the row mask without keepdim broadcasts along the wrong dimension
+        "def gate(x):\n    return torch.cond(x.mean() > 0, lambda x: x * 2, lambda x: x / 2, (x,))\n"
+        "def rowwise(x):\n    return torch.where(x.sum(dim=1) > 0, x.relu(), -x)",
+    ],
+    "ch0.choose": [
+        # speed first
+        "def choose(req):\n    if req.get('needs_speedup'):\n        return 'torch.compile'\n"
+        "    if req.get('deploy_without_python'):\n"
+        "        return 'torchscript' if req.get('legacy_torchscript_runtime') else 'torch.export'\n"
+        "    if req.get('whole_step_graphs'):\n        return 'lazy'\n"
+        "    if req.get('custom_graph_pass'):\n"
+        "        return 'torch.compile' if req.get('data_dependent_control_flow') else 'torch.fx'\n"
+        "    return 'eager'",
+        # reads every key: a missing key raises KeyError
+        "def choose(req):\n    if req['deploy_without_python']:\n"
+        "        return 'torchscript' if req['legacy_torchscript_runtime'] else 'torch.export'\n"
+        "    if req['whole_step_graphs']:\n        return 'lazy'\n    if req['custom_graph_pass']:\n"
+        "        return 'torch.compile' if req['data_dependent_control_flow'] else 'torch.fx'\n"
+        "    return 'torch.compile' if req['needs_speedup'] else 'eager'",
+        # data-dependent control flow sends deployment to TorchScript
+        "def choose(req):\n    g = lambda k: req.get(k, False)\n    if g('deploy_without_python'):\n"
+        "        if g('legacy_torchscript_runtime') or g('data_dependent_control_flow'):\n"
+        "            return 'torchscript'\n        return 'torch.export'\n"
+        "    if g('whole_step_graphs'):\n        return 'lazy'\n    if g('custom_graph_pass'):\n"
+        "        return 'torch.compile' if g('data_dependent_control_flow') else 'torch.fx'\n"
+        "    return 'torch.compile' if g('needs_speedup') else 'eager'",
+        # a custom pass always means torch.fx
+        "def choose(req):\n    g = lambda k: req.get(k, False)\n    if g('deploy_without_python'):\n"
+        "        return 'torchscript' if g('legacy_torchscript_runtime') else 'torch.export'\n"
+        "    if g('whole_step_graphs'):\n        return 'lazy'\n    if g('custom_graph_pass'):\n"
+        "        return 'torch.fx'\n    return 'torch.compile' if g('needs_speedup') else 'eager'",
+    ],
+}
