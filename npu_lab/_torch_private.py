@@ -93,6 +93,44 @@ def install_serialization(device_type: str) -> None:
 
     _reduce_ex_internal._npu_lab_device = device_type  # type: ignore[attr-defined]
     torch.Tensor._reduce_ex_internal = _reduce_ex_internal  # type: ignore[method-assign]
+    _install_deepcopy(device_type)
+
+
+def _install_deepcopy(device_type: str) -> None:
+    """``copy.deepcopy`` of a ``device_type`` tensor clones it on the device.
+
+    ``Tensor.__deepcopy__`` copies the storage object for tensors that have one;
+    for a Python backend that path builds an ``UntypedStorage`` on the device,
+    which crashes. PyTorch already clones instead for PrivateUse1 tensors
+    without storage; ours have a (zero-byte) storage, so we take that branch
+    ourselves (checked on torch 2.13). Views deep-copied together become
+    independent tensors (their shared storage is not reproduced).
+    """
+    original = torch.Tensor.__deepcopy__
+    if getattr(original, "_npu_lab_device", None) == device_type:
+        return
+
+    def __deepcopy__(self: torch.Tensor, memo: dict) -> torch.Tensor:
+        if self.device.type != device_type or type(self) is not torch.Tensor:
+            return original(self, memo)
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            return original(self, memo)  # raises PyTorch's own "only graph leaves" error
+        with torch.no_grad():
+            new = self.clone()
+        new.requires_grad_(self.requires_grad)
+        if self.grad is not None:
+            new.grad = self.grad.__deepcopy__(memo)
+        memo[id(self)] = new
+        import copy
+
+        for key, value in self.__dict__.items():
+            setattr(new, key, copy.deepcopy(value, memo))
+        return new
+
+    __deepcopy__._npu_lab_device = device_type  # type: ignore[attr-defined]
+    torch.Tensor.__deepcopy__ = __deepcopy__  # type: ignore[method-assign]
 
 
 # -- Dynamo must not trace the device's own Python (checked on torch 2.13) ----------------------

@@ -58,3 +58,22 @@ def test_deepcopy_model():
     with torch.no_grad():
         m2.weight.add_(1)
     assert not torch.equal(m2.weight.cpu(), m.weight.cpu())
+
+
+def test_deepcopy_of_npu_tensors_and_modules_with_buffers():
+    import copy
+
+    t = torch.randn(3, device="npu", requires_grad=True)
+    u = copy.deepcopy(t)
+    assert u.device.type == "npu" and u.requires_grad and u.is_leaf
+    assert torch.equal(u.detach().cpu(), t.detach().cpu())
+    u.data.add_(1)
+    assert not torch.equal(u.detach().cpu(), t.detach().cpu())  # a copy, not an alias
+    bn = torch.nn.BatchNorm1d(4).to("npu")
+    bn(torch.randn(8, 4, device="npu"))
+    clone = copy.deepcopy(bn)
+    assert torch.equal(clone.running_mean.cpu(), bn.running_mean.cpu())
+    assert clone.num_batches_tracked.item() == 1
+    shared = {"a": t, "b": t}
+    copied = copy.deepcopy(shared)
+    assert copied["a"] is copied["b"]  # the memo keeps identity
