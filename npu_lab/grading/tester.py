@@ -37,7 +37,7 @@ def is_stub_error(exc: BaseException | None) -> bool:
     """
     seen = 0
     while exc is not None and seen < 10:
-        if isinstance(exc, NotImplementedError) and (not str(exc) or str(exc).strip() == STUB_MESSAGE):
+        if isinstance(exc, NotImplementedError) and (not str(exc) or STUB_MESSAGE in str(exc)):
             return True
         exc = getattr(exc, "inner_exception", None) or exc.__cause__ or exc.__context__
         seen += 1
