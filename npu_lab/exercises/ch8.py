@@ -149,25 +149,31 @@ def _padding(shape: tuple[int, int, int], tiles: tuple[int, int]) -> float:
 
 @exercise("ch8.tiles", "Choose matmul tile sizes that beat the default", names=["choose_tiles"], timeout=30)
 def _tiles(t: Tester, choose_tiles) -> None:
+    import numba
     import numpy as np
 
     from ..kernels import matmul as mk
 
     def speedup(shape: tuple[int, int, int], tiles: tuple[int, int]) -> float:
-        """Default time / your time, interleaved best-of-9 (robust to a busy machine)."""
+        """Default time / your time, single-threaded, interleaved best-of-9 (robust to a busy machine)."""
         m, n, k = shape
         rng = np.random.default_rng(0)
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
         out = np.empty((m, n), np.float32)
         best = {mk.DEFAULT_TILES: float("inf"), tiles: float("inf")}
-        for cand in best:
-            mk.mm(a, b, out, cand)
-        for _ in range(9):
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)  # one thread: steady timings even on a busy machine
+        try:
             for cand in best:
-                t0 = time.perf_counter()
                 mk.mm(a, b, out, cand)
-                best[cand] = min(best[cand], time.perf_counter() - t0)
+            for _ in range(9):
+                for cand in best:
+                    t0 = time.perf_counter()
+                    mk.mm(a, b, out, cand)
+                    best[cand] = min(best[cand], time.perf_counter() - t0)
+        finally:
+            numba.set_num_threads(threads)
         return best[mk.DEFAULT_TILES] / best[tiles]
 
     hint = ("a matrix with 4 rows cannot fill 8-row tiles: pick TM=4 and wide column tiles; "
