@@ -151,22 +151,28 @@ def _interact(page, rel: str) -> None:
                           ".jp-OutputArea-output .widget-slider input[type='range']")
     checkbox = page.locator(".jp-OutputArea-output .widget-checkbox input[type='checkbox']")
     if button.count():
-        area = page.locator(".jp-OutputArea-output .widget-output").first
-        before = area.inner_html() if area.count() else ""
-        button.first.click()
-        page.wait_for_timeout(3000)
-        after = area.inner_html() if area.count() else ""
-        assert after != before, f"{rel}: clicking the widget's button changed nothing"
+        control = button.first
     elif slider.count():
-        area = page.locator(".jp-OutputArea-output .widget-output").first
-        before = area.inner_html()
-        slider.first.focus()
-        page.keyboard.press("Home")
-        page.wait_for_timeout(3000)
-        assert area.inner_html() != before, f"{rel}: moving the slider changed nothing"
+        control = slider.first
     elif checkbox.count():
         box = checkbox.first
         was = box.is_checked()
         box.click()
         page.wait_for_timeout(500)
         assert box.is_checked() != was, f"{rel}: the checkbox did not toggle"
+        return
+    else:
+        raise AssertionError(f"{rel}: widgets rendered but none takes a click or a key")
+    # The output area holding the control: its HTML must change when the control is used.
+    area = control.locator("xpath=ancestor::div[contains(@class, 'jp-OutputArea-output')][1]")
+    before = area.inner_html()
+    if button.count():
+        control.click()
+    else:
+        control.focus()
+        page.keyboard.press("Home")
+    for _ in range(20):
+        page.wait_for_timeout(500)
+        if area.inner_html() != before:
+            return
+    raise AssertionError(f"{rel}: using the widget changed nothing on the page")
