@@ -42,6 +42,52 @@ def pointwise_chain(n: int = 4_000_000) -> None:
           f"npu speed relative to inductor {t_ind / t_npu:5.2f}x (goal >= 0.7x)")
 
 
+def mean_squared_error(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """MSE loss forward: eager runs sub, pow, mean (two full-size intermediates)."""
+    return ((x - y) ** 2).mean()
+
+
+def softmax_by_hand(x: torch.Tensor) -> torch.Tensor:
+    """Softmax over rows written out: eager runs amax, sub, exp, sum, div."""
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def _launches(fn: Callable[[], object]) -> tuple[int, list[str]]:
+    """Kernel launches of one call as the profiler counts them, and the kernels' names."""
+    with npu_lab.profile() as prof:
+        fn()
+    return prof.launches, [k.name for k in prof.kernels if k.kind == "kernel"]
+
+
+def fused_reduction(title: str, fn: Callable[..., torch.Tensor], cpu_args: tuple[torch.Tensor, ...]) -> None:
+    """One reduction fused with its elementwise prologue/epilogue: compiled npu vs eager."""
+    args = tuple(a.npu() for a in cpu_args)
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="npu")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args).cpu(), fn(*cpu_args), rtol=1e-4, atol=1e-6)
+        t_comp = best_of(lambda: compiled(*args), repeat=10)
+        t_npu = best_of(lambda: fn(*args), repeat=10)
+        t_cpu = best_of(lambda: fn(*cpu_args), repeat=10)
+        eager_launches, eager_names = _launches(lambda: fn(*args))
+        comp_launches, comp_names = _launches(lambda: compiled(*args))
+    print(f"{title}:")
+    print(f"  compiled npu {t_comp * 1e3:7.2f} ms | npu eager {t_npu * 1e3:7.2f} ms | "
+          f"torch cpu eager {t_cpu * 1e3:7.2f} ms -> {t_cpu / t_comp:4.2f}x over cpu eager, "
+          f"{t_npu / t_comp:4.2f}x over npu eager")
+    print(f"  kernel launches per call (profiler): eager {eager_launches} ({', '.join(eager_names)}), "
+          f"compiled {comp_launches} ({', '.join(comp_names)})")
+
+
+def fused_reductions(n: int = 4_000_000) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    fused_reduction(f"mean squared error, {n / 1e6:.0f}M floats", mean_squared_error, (x, y))
+    rows = n // 1024
+    fused_reduction(f"softmax by hand, {rows} rows x 1024", softmax_by_hand, (x[: rows * 1024].view(rows, 1024),))
+
+
 def _counters() -> tuple[int, int]:
     c = clock.clock(0)
     tr = memory(0).counters.transfers
@@ -88,6 +134,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, npu_lab {npu_lab.__version__}, {os.cpu_count()} CPU cores, "
           "start-up heap frozen (gc.freeze)")
     pointwise_chain()
+    fused_reductions()
     training_step("MLP training step", lambda: models.mlp(256, 512, 10), 128)
     training_step("transformer block step", models.TransformerBlock, 16)
 

@@ -1,8 +1,9 @@
 """Lazy mode: record, sync, compile once per structure, same results as eager."""
 
+import pytest
 import torch
 
-from npu_lab import lazy, models
+from npu_lab import compiler, lazy, models
 
 
 def _fresh():
@@ -80,3 +81,98 @@ def test_recorded_graph_is_available_and_fused():
     gm = lazy.last_graph()
     assert gm is not None and "fused_pointwise" in gm.code
     assert y.cpu().shape == (8, 8)
+
+
+# --- the bigger reference models -----------------------------------------------------------
+
+def test_list_arguments_are_recorded():
+    _fresh()
+    a, b = torch.randn(2, 3, device="npu"), torch.randn(2, 4, device="npu")
+    with lazy.mode():
+        c = torch.cat([a * 2, b], 1)  # args ([tensors], dim): a list first, then an int
+        s = torch.stack([a, a + 1], 0)
+        got_c, got_s = c.cpu(), s.cpu()
+    torch.testing.assert_close(got_c, torch.cat([a * 2, b], 1).cpu())
+    torch.testing.assert_close(got_s, torch.stack([a, a + 1], 0).cpu())
+
+
+def test_constant_folding_in_a_lazy_graph_runs_for_real():
+    _fresh()
+    def scores(x: torch.Tensor) -> torch.Tensor:
+        # a causal mask depends on no input: the compiler folds it into a constant
+        mask = torch.ones(6, 6, dtype=torch.bool, device="npu").tril()
+        zero, neg = torch.zeros((), device="npu"), torch.full((), float("-inf"), device="npu")
+        return (x + torch.where(mask, zero, neg)).softmax(-1)
+
+    x = torch.randn(6, 6, device="npu")
+    with lazy.mode():
+        out = scores(x)
+        lazy.mark_step()  # compiles with the lazy mode active (a .cpu() sync runs inside its dispatch)
+    torch.testing.assert_close(out.cpu(), scores(x).cpu())
+    constants = list(lazy.last_graph().buffers())
+    assert constants and not any(isinstance(c, lazy.LazyTensor) for c in constants)  # computed, not recorded
+
+
+@pytest.mark.parametrize("make", [models.SmallCNN, models.TransformerBlock], ids=["cnn", "transformer"])
+def test_forward_of_bigger_models_matches_eager(make):
+    _fresh()
+    compiler.reset()  # count this test's compilations only
+    torch.manual_seed(0)
+    ref, lz = make().npu(), make().npu()
+    lz.load_state_dict(ref.state_dict())
+    x, _ = models.example_batch(ref, 4, "npu")
+    with torch.no_grad():
+        expected = ref(x).cpu()
+        with lazy.mode():
+            out = lz(x)
+            assert isinstance(out, lazy.LazyTensor) and lazy.metrics.graphs_executed == 0
+            got = out.cpu()
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert lazy.metrics.graphs_executed == 1 and lazy.metrics.graphs_built == 1
+    # training-mode batch norm updated its running statistics in place, inside the graph
+    for (name, a), (_, b) in zip(ref.state_dict().items(), lz.state_dict().items()):
+        torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("make,momentum", [(models.SmallCNN, 0.9), (models.TransformerBlock, 0.9),
+                                           (models.TransformerBlock, 0.0)],
+                         ids=["cnn-momentum", "transformer-momentum", "transformer-plain-sgd"])
+def test_training_bigger_models_matches_eager_and_reuses_the_cache(make, momentum):
+    _fresh()
+    compiler.reset()  # count this test's compilations only
+    torch.manual_seed(0)
+    ref, lz = make().npu(), make().npu()
+    lz.load_state_dict(ref.state_dict())
+    steps = 4
+    x, y = models.example_batch(ref, 4, "npu")
+
+    def run(model, lazily: bool) -> tuple[list[float], list[int], list[int]]:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=momentum)
+        losses, built, hits = [], [], []
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = models.loss_fn(model, model(x), y)
+            loss.backward()
+            opt.step()
+            if lazily:
+                lazy.mark_step()
+            losses.append(loss.item())
+            built.append(lazy.metrics.graphs_built)
+            hits.append(lazy.metrics.cache_hits)
+        return losses, built, hits
+
+    ref_losses, _, _ = run(ref, False)
+    with lazy.mode():
+        losses, built, hits = run(lz, True)
+    for a, b in zip(ref_losses, losses):
+        assert abs(a - b) < 1e-5
+    for (name, a), (_, b) in zip(ref.state_dict().items(), lz.state_dict().items()):
+        torch.testing.assert_close(b.cpu(), a.cpu(), rtol=1e-5, atol=1e-6, msg=name)
+    m = lazy.metrics
+    assert m.graphs_executed == steps and m.sync_points["mark_step"] == steps
+    # step 1 compiles; with momentum, step 2 reads the momentum buffers step 1 created (a new structure,
+    # compiled once more); from then on every step reuses the compiled graph
+    if momentum == 0:
+        assert built == [1, 1, 1, 1] and hits == [0, 1, 2, 3]
+    else:
+        assert built == [1, 2, 2, 2] and hits == [0, 0, 1, 2]

@@ -38,7 +38,12 @@ SYNC_OPS = {aten._local_scalar_dense.default: "item()", aten.equal.default: "equ
 
 @dataclass
 class LazyMetrics:
-    """Counters in the spirit of PyTorch/XLA's ``metrics_report()``."""
+    """Counters in the spirit of PyTorch/XLA's ``metrics_report()``.
+
+    ``graphs_built`` counts graphs compiled; a graph whose structure was seen
+    before is served from the compile cache and counts in ``cache_hits``
+    instead. Every executed graph counts in ``graphs_executed``.
+    """
 
     ops_recorded: int = 0
     graphs_built: int = 0
@@ -112,6 +117,14 @@ def materialize(t: LazyTensor, reason: str) -> torch.Tensor:
     return t._value
 
 
+@dataclass(frozen=True)
+class _Lowered:
+    """One operator argument as the trace sees it: graph argument and fake value."""
+
+    node: object
+    fake: object
+
+
 class Trace:
     """One graph being recorded."""
 
@@ -173,12 +186,12 @@ class Trace:
         return self._record(func, args, kwargs)
 
     def _record(self, func, args, kwargs):
-        lowered = tree_map(lambda x: self._lower(x), (args, kwargs),
+        # each argument leaf becomes a _Lowered (a pytree leaf, unlike a tuple: an argument list
+        # such as cat's ``([a, b], 1)`` must not be mistaken for a (node, fake) pair)
+        lowered = tree_map(lambda x: _Lowered(*self._lower(x)), (args, kwargs),
                            is_leaf=lambda x: isinstance(x, torch.Tensor))
-        node_args, node_kwargs = tree_map(lambda p: p[0], lowered, is_leaf=lambda p: isinstance(p, tuple)
-                                          and len(p) == 2 and not isinstance(p[0], tuple))
-        fake_args, fake_kwargs = tree_map(lambda p: p[1], lowered, is_leaf=lambda p: isinstance(p, tuple)
-                                          and len(p) == 2 and not isinstance(p[0], tuple))
+        node_args, node_kwargs = tree_map(lambda p: p.node, lowered)
+        fake_args, fake_kwargs = tree_map(lambda p: p.fake, lowered)
         try:
             with self.fake_mode:
                 fake_out = func(*fake_args, **fake_kwargs)
@@ -266,10 +279,13 @@ class Trace:
         cfg = config.replace(self.options)
         hits = stats["cache_hits"]
         t0 = time.perf_counter()
-        compiled = compile_graph(gm, self.inputs, "lazy", cfg, None)
+        # passes may run operators (constant folding): they must run for real, not be recorded
+        with _suspended(), torch.no_grad():
+            compiled = compile_graph(gm, self.inputs, "lazy", cfg, None)
         t1 = time.perf_counter()
-        metrics.graphs_built += 1
-        metrics.cache_hits += stats["cache_hits"] - hits
+        hit = stats["cache_hits"] - hits
+        metrics.cache_hits += hit
+        metrics.graphs_built += 0 if hit else 1
         metrics.compile_seconds += t1 - t0
         global last_graph
         last_graph = compiled

@@ -10,10 +10,21 @@ registers. ``kernel.source`` shows the generated code.
 
 Scalar constants become kernel arguments (cast to the tensor dtype), so
 groups that differ only in constants share one compiled kernel.
+
+Reductions fuse too. ``sum``/``mean``/``amax`` over the trailing dimensions
+(the last one of a contiguous tensor, or all of them) becomes one generated
+:class:`FusedReduction` together with its elementwise *prologue* (the chain
+that computes its input, evaluated inside the reduction loop, so the input
+tensor is never written) and its elementwise *epilogue* (operators that
+consume only the reduced value, scalars and tensors of the reduced shape,
+applied once per output element). ``((x - y) ** 2).mean().sqrt()`` is one
+kernel. Reductions are fused first; the remaining elementwise groups follow.
+Set :data:`FUSE_REDUCTIONS` to False to fuse elementwise operators only.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import operator
 from collections.abc import Callable, Sequence
@@ -22,8 +33,9 @@ import numpy as np
 import torch
 import torch.fx
 
-from ...kernels import elementwise
-from ...ops.common import broadcast_shape, empty, empty_strided, run_elementwise
+from ...kernels import elementwise, fused_reduction
+from ...kernels.elementwise import Operand
+from ...ops.common import broadcast_shape, empty, empty_strided, launch, nbytes, operand, run_elementwise
 
 aten = torch.ops.aten
 
@@ -127,6 +139,80 @@ class FusedKernel:
         return f"<FusedKernel {self.__name__}: {' -> '.join(self.fused_ops)}>"
 
 
+#: Fuse reductions with their elementwise prologue and epilogue (see the module docstring).
+FUSE_REDUCTIONS = True
+
+#: The reductions that fuse, by ATen overload.
+REDUCTION_KINDS: dict[object, str] = {
+    aten.sum.dim_IntList: "sum",
+    aten.sum.default: "sum",
+    aten.mean.dim: "mean",
+    aten.mean.default: "mean",
+    aten.amax.default: "amax",
+}
+
+
+def _host_operand(t: torch.Tensor, shape: Sequence[int]) -> Operand:
+    """``t`` broadcast to ``shape`` as a kernel operand; a 0-dim CPU tensor becomes a 1-element array."""
+    if t.device.type == "npu":
+        return operand(t, shape)
+    value = np.asarray([t.item()], dtype=np.dtype(str(t.dtype).replace("torch.", "")))
+    return Operand(value, (0,) * max(len(shape), 1), 0)
+
+
+class FusedReduction(FusedKernel):
+    """A reduction fused with its elementwise prologue and epilogue into one numba kernel.
+
+    Called with the prologue's external inputs followed by the epilogue's, it
+    returns the reduced-shape outputs (the reduced value and/or epilogue
+    values used elsewhere) followed by the full-shape outputs (prologue values
+    other operators still need, written from inside the reduction loop).
+
+    Attributes:
+        kernel: the :class:`~npu_lab.kernels.fused_reduction.ReductionKernel`.
+        full_shape: the shape of the reduced tensor (the loop's iteration space).
+        n_reduced: how many trailing dimensions of ``full_shape`` are reduced.
+        shape: the shape of the reduced outputs.
+        last_variant: which generated loop ran last (``rows``, ``chunks``, ``strided``...).
+    """
+
+    __module__ = "npu_lab.compiler.passes.pointwise_fusion"
+
+    def __init__(self, name: str, kernel: fused_reduction.ReductionKernel, scalars: Sequence[float],
+                 full_shape: tuple[int, ...], n_reduced: int, out_shape: tuple[int, ...], dtype: torch.dtype,
+                 fused_ops: Sequence[str], full_strides: Sequence[tuple[int, ...] | None], n_inputs: int) -> None:
+        super().__init__(name, kernel, scalars, out_shape, dtype, fused_ops)  # type: ignore[arg-type]
+        self.full_shape = tuple(full_shape)
+        self.n_reduced = n_reduced
+        self.full_strides = list(full_strides)
+        self.n_inputs = n_inputs
+        self.last_variant = ""
+
+    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        kernel = self.kernel
+        ins, eps = inputs[: self.n_inputs], inputs[self.n_inputs:]
+        outs = [empty(self.shape, self.dtype) for _ in kernel.outputs]
+        fulls = [empty_strided(self.full_shape, st, self.dtype) for st in self.full_strides]
+        space, n_red = (self.full_shape, self.n_reduced) if self.full_shape else ((1,), 1)
+        nk = len(space) - n_red
+
+        def kept(t: torch.Tensor) -> Operand:
+            op = _host_operand(t, self.shape)
+            return Operand(op.flat, tuple(op.strides[:nk]), op.offset)
+
+        self.last_variant = kernel.run(
+            space, n_red, [kept(t) for t in outs], [_host_operand(t, self.full_shape) for t in fulls],
+            [_host_operand(t, self.full_shape) for t in ins], [kept(t) for t in eps], self.scalars)
+        numel = int(np.prod(space))
+        n_out = int(np.prod(self.shape)) if self.shape else 1
+        launch(kernel.name, numel * (len(kernel.prelude) + 1) + n_out * len(kernel.epilogue),
+               sum(nbytes(t) for t in inputs), sum(nbytes(t) for t in (*outs, *fulls)))
+        return (*outs, *fulls)
+
+    def __repr__(self) -> str:
+        return f"<FusedReduction {self.__name__}: {' -> '.join(self.fused_ops)}>"
+
+
 def _val(node: object):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
@@ -164,6 +250,12 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     group_of: dict[torch.fx.Node, int] = {}
     groups: dict[int, list[torch.fx.Node]] = {}
+    # writes[i]: in-place operators before position i. A group runs at its last member,
+    # so no operator between its members may write a tensor (a read would move past it).
+    writes = list(itertools.accumulate((_mutates(n) for n in gm.graph.nodes), initial=0))
+
+    def writes_between(a: int, b: int) -> bool:
+        return writes[b] - writes[a + 1] > 0 if b > a + 1 else False
     for node in gm.graph.nodes:
         if not _fusible(node):
             continue
@@ -181,6 +273,7 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
             first = order[members[0]]
             ok = ok and not any(a not in members and _depends_on(a, set(members), order, first)
                                 for a in node.all_input_nodes)
+            ok = ok and not writes_between(first, order[node])
             if ok:
                 target = g
                 break
@@ -203,10 +296,35 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
             continue
         if any(_depends_on(a, set(groups[t]), order, order[groups[t][0]]) for a in node.all_input_nodes):
             continue
+        span = [order[node], order[groups[t][0]], order[groups[t][-1]]]
+        if writes_between(min(span), max(span)):
+            continue
         groups[t] = sorted(groups[t] + [node], key=order.get)
         group_of[node] = t
         del groups[g]
     return [g for g in groups.values() if len(g) >= 2]
+
+
+def _expr(node: torch.fx.Node, name_of: Callable[[torch.fx.Node], str], lit: Callable[[object], str]) -> str:
+    """The scalar expression of one elementwise node (tensor operands named by ``name_of``)."""
+    exponent = node.args[1] if len(node.args) > 1 else None
+    if node.target is aten.pow.Tensor_Scalar and isinstance(node.args[0], torch.fx.Node) \
+            and isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2:
+        x = name_of(node.args[0])
+        return f"({x} * {x})"  # exact, like pow(x, 2), and many times faster in a loop
+    operands = []
+    for a in node.args:
+        if isinstance(a, torch.fx.Node):
+            operands.append(name_of(a))
+        elif isinstance(a, (int, float)) and not isinstance(a, bool):
+            operands.append(lit(a))
+        else:
+            operands.append(a)
+    if node.kwargs:
+        operands += [node.kwargs[key] if not isinstance(node.kwargs[key], (int, float))
+                     or isinstance(node.kwargs[key], bool) else lit(node.kwargs[key])
+                     for key in ("alpha", "approximate") if key in node.kwargs]
+    return RULES[node.target](operands, lit)
 
 
 def _emit(group: list[torch.fx.Node]):
@@ -222,31 +340,269 @@ def _emit(group: list[torch.fx.Node]):
         scalars.append(float(value))
         return f"s{len(scalars) - 1}"
 
+    def name_of(a: torch.fx.Node) -> str:
+        if a not in members and a not in names:
+            names[a] = f"x{len(inputs)}"
+            inputs.append(a)
+        return names[a]
+
     for k, node in enumerate(group):
-        operands = []
-        for a in node.args:
-            if isinstance(a, torch.fx.Node):
-                if a not in members and a not in names:
-                    names[a] = f"x{len(inputs)}"
-                    inputs.append(a)
-                operands.append(names[a])
-            elif isinstance(a, (int, float)) and not isinstance(a, bool):
-                operands.append(lit(a))
-            else:
-                operands.append(a)
-        if node.kwargs:
-            operands += [node.kwargs[key] if not isinstance(node.kwargs[key], (int, float))
-                         or isinstance(node.kwargs[key], bool) else lit(node.kwargs[key])
-                         for key in ("alpha", "approximate") if key in node.kwargs]
-        expr = RULES[node.target](operands, lit)
+        expr = _expr(node, name_of, lit)
         names[node] = f"t{k}"
         prelude.append(f"t{k} = {expr}")
     outputs = [n for n in group if any(u not in members for u in n.users)]
     return inputs, outputs, prelude, [names[o] for o in outputs], scalars
 
 
-def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
+# --- reductions with their prologue and epilogue --------------------------------------------
+
+def _op_name(node: torch.fx.Node) -> str:
+    return str(node.target).replace("aten.", "").replace(".default", "")
+
+
+def _static_shape(v: object) -> tuple[int, ...] | None:
+    """The shape of a tensor value when every size is a plain int (not symbolic)."""
+    if not isinstance(v, torch.Tensor) or not all(isinstance(d, int) for d in v.shape):
+        return None
+    return tuple(v.shape)
+
+
+def _reduction(node: torch.fx.Node) -> tuple[str, int] | None:
+    """(kind, number of trailing dimensions reduced) if ``node`` is a reduction that can fuse.
+
+    Only reductions over trailing dimensions fuse: the last dimension(s) of a
+    contiguous input, or all dimensions (any layout). Static shapes, float dtypes.
+    """
+    if node.op != "call_function" or node.target not in REDUCTION_KINDS or not node.args:
+        return None
+    src = node.args[0]
+    v, iv = _val(node), _val(src)
+    if not isinstance(v, torch.Tensor) or not isinstance(iv, torch.Tensor):
+        return None
+    if v.dtype not in (torch.float32, torch.float64) or iv.dtype != v.dtype:
+        return None
+    if v.device.type != "npu" or iv.device.type != "npu" or node.kwargs.get("dtype") not in (None, v.dtype):
+        return None
+    shape = _static_shape(iv)
+    if shape is None or _static_shape(v) is None or int(np.prod(shape)) == 0:
+        return None
+    nd = len(shape)
+    dims = None
+    if node.target not in (aten.sum.default, aten.mean.default):
+        dims = node.kwargs.get("dim", node.args[1] if len(node.args) > 1 else None)
+    if isinstance(dims, int):
+        dims = [dims]
+    if not dims:
+        dims = range(nd)
+    reduced = sorted({int(d) % nd for d in dims}) if nd else []
+    if reduced != list(range(nd - len(reduced), nd)):
+        return None
+    if len(reduced) < nd and not iv.is_contiguous():
+        return None
+    return REDUCTION_KINDS[node.target], len(reduced)
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    """Could ``node`` write to a tensor (so moving a read across it would be wrong)?"""
+    if node.op in ("call_method", "call_module"):
+        return True
+    target = node.target
+    return node.op == "call_function" and isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
+
+
+def _ancestors(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """Every node ``node`` (transitively) depends on."""
+    seen: set[torch.fx.Node] = set()
+    stack = list(node.all_input_nodes)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _prologue(red: torch.fx.Node, order: dict) -> list[torch.fx.Node]:
+    """The elementwise nodes of the reduced tensor's shape that compute the reduction's input.
+
+    Nodes are considered latest first, so when a node is decided all its
+    possible in-kernel users are known. A node may have users outside the
+    kernel (its value is then also written out by the kernel), unless such a
+    user is itself needed to compute the reduction (that would be a cycle).
+    """
+    src = red.args[0]
+    shape, dtype = _static_shape(_val(src)), _val(src).dtype
+    needed = _ancestors(red)
+    chosen: set[torch.fx.Node] = set()
+    heap = [(-order[src], src)]
+    seen: set[torch.fx.Node] = set()
+    while heap:
+        _, n = heapq.heappop(heap)
+        if n in seen:
+            continue
+        seen.add(n)
+        if not _fusible(n) or _static_shape(_val(n)) != shape or _val(n).dtype != dtype:
+            continue
+        if any(u is not red and u not in chosen and u in needed for u in n.users):
+            continue
+        chosen.add(n)
+        for a in n.all_input_nodes:
+            heapq.heappush(heap, (-order[a], a))
+    return sorted(chosen, key=order.get)
+
+
+def _epilogue(red: torch.fx.Node, prologue: list[torch.fx.Node], nodes: list[torch.fx.Node],
+              order: dict) -> list[torch.fx.Node]:
+    """Elementwise nodes after the reduction that use its value, in the reduced shape.
+
+    Their other inputs must be scalars or tensors that do not depend on the
+    kernel (they are read once per output element); prologue values (only
+    available inside the loop) cannot be used.
+    """
+    shape, dtype = _static_shape(_val(red)), _val(red).dtype
+    inside, pro = {red}, set(prologue)
+    first = order[prologue[0]] if prologue else order[red]
+    members: list[torch.fx.Node] = []
+    for n in nodes[order[red] + 1:]:
+        if not _fusible(n) or _static_shape(_val(n)) != shape or _val(n).dtype != dtype:
+            continue
+        args = n.all_input_nodes
+        if not any(a in inside for a in args) or any(a in pro for a in args):
+            continue
+        group = inside | pro
+        if any(a not in inside and _depends_on(a, group, order, first) for a in args):
+            continue
+        members.append(n)
+        inside.add(n)
+    return members
+
+
+def _to_move(fused: list[torch.fx.Node], nodes: list[torch.fx.Node], order: dict) -> list[torch.fx.Node] | None:
+    """Nodes to move after the fused call (placed after its last member), or None if it cannot be placed.
+
+    Outside users of members that sit before the last member (often ``alias``
+    views AOTAutograd adds for saved tensors), and everything depending on
+    them up to that point, move after the call. That is impossible when a
+    member needs one of them, and unsafe when an operator in between mutates
+    a tensor (reads would move past the write).
+    """
+    members = set(fused)
+    first, last = order[fused[0]], order[fused[-1]]
+    moved: set[torch.fx.Node] = set()
+    for n in nodes[first + 1:last]:
+        if n in members:
+            if any(a in moved for a in n.all_input_nodes):
+                return None
+        elif _mutates(n):
+            return None
+        elif any(a in members or a in moved for a in n.all_input_nodes):
+            moved.add(n)
+    return sorted(moved, key=order.get)
+
+
+def _fuse_reduction(gm: torch.fx.GraphModule, red: torch.fx.Node, kind: str, n_reduced: int) -> str | None:
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    prologue = _prologue(red, order)
+    epilogue = _epilogue(red, prologue, nodes, order)
+    while epilogue and _to_move(prologue + [red] + epilogue, nodes, order) is None:
+        epilogue.pop()
+    fused = prologue + [red] + epilogue  # in graph order
+    moved = _to_move(fused, nodes, order)
+    if not (prologue or epilogue) or moved is None:
+        return None
+    members = set(fused)
+    scalars: list[float] = []
+    names: dict[torch.fx.Node, str] = {}
+    inputs: list[torch.fx.Node] = []
+    epi_inputs: list[torch.fx.Node] = []
+    epi_names: dict[torch.fx.Node, str] = {}
+
+    def lit(value: object) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return repr(value)
+        scalars.append(float(value))
+        return f"s{len(scalars) - 1}"
+
+    def prologue_name(a: torch.fx.Node) -> str:
+        if a not in members and a not in names:
+            names[a] = f"x{len(inputs)}"
+            inputs.append(a)
+        return names[a]
+
+    def epilogue_name(a: torch.fx.Node) -> str:
+        if a in members:
+            return names[a]
+        if a not in epi_names:
+            epi_names[a] = f"y{len(epi_inputs)}"
+            epi_inputs.append(a)
+        return epi_names[a]
+
+    prelude, epi = [], []
+    for k, node in enumerate(prologue):
+        prelude.append(f"t{k} = {_expr(node, prologue_name, lit)}")
+        names[node] = f"t{k}"
+    value = prologue_name(red.args[0])
+    names[red] = "r"
+    for k, node in enumerate(epilogue, start=len(prologue)):
+        epi.append(f"t{k} = {_expr(node, epilogue_name, lit)}")
+        names[node] = f"t{k}"
+
+    def used_outside(n: torch.fx.Node) -> bool:
+        return any(u not in members for u in n.users)
+
+    reduced_outs = [n for n in [red] + epilogue if used_outside(n)]
+    full_outs = [n for n in prologue if used_outside(n)]
+    if not reduced_outs:
+        return None
+    src_val, red_val = _val(red.args[0]), _val(red)
+    ops = [_op_name(n) for n in fused]
+    name = f"fused_reduction_{next(_counter)}"
+    kernel = fused_reduction.ReductionKernel(
+        name, kind, len(inputs), len(epi_inputs), value, tuple(prelude), tuple(names[n] for n in full_outs),
+        tuple(epi), tuple(names[n] for n in reduced_outs), tuple(f"s{i}" for i in range(len(scalars))),
+        str(red_val.dtype).replace("torch.", ""), tuple(ops))
+    full_strides = [None if _val(n).is_contiguous() else tuple(int(x) for x in _val(n).stride()) for n in full_outs]
+    fk = FusedReduction(name, kernel, scalars, _static_shape(src_val), n_reduced, _static_shape(red_val),
+                        red_val.dtype, ops, full_strides, len(inputs))
+    outputs = reduced_outs + full_outs
+    with gm.graph.inserting_after(fused[-1]):  # members are in graph order
+        call = gm.graph.call_function(fk, tuple(inputs + epi_inputs))
+    call.meta["fused"] = fk
+    call.meta["val"] = tuple(_val(o) for o in outputs)
+    previous = call
+    for i, out in enumerate(outputs):
+        with gm.graph.inserting_after(previous):
+            get = previous = gm.graph.call_function(operator.getitem, (call, i))
+        get.meta.update(out.meta)
+        out.replace_all_uses_with(get, delete_user_cb=lambda u: u not in members)
+    for node in moved:
+        previous.append(node)
+        previous = node
+    for node in sorted(fused, key=order.get, reverse=True):
+        gm.graph.erase_node(node)
+    over = "all dims" if n_reduced == len(src_val.shape) else f"the last {n_reduced} dim(s)"
+    return (f"{name}: fused {len(fused)} ops ({', '.join(ops)}) -> 1 kernel: {kind} over {over}, "
+            f"{len(prologue)} prologue op(s) computed inside the reduction loop, {len(epilogue)} epilogue op(s); "
+            f"{len(inputs) + len(epi_inputs)} inputs, {len(outputs)} outputs")
+
+
+def fuse_reductions(gm: torch.fx.GraphModule) -> list[str]:
+    """Fuse every eligible reduction with its elementwise prologue and epilogue (in place)."""
     changes = []
+    # a reduction is never a member of another reduction's kernel, so none of these gets erased
+    for node in list(gm.graph.nodes):
+        info = _reduction(node)
+        if info is not None:
+            change = _fuse_reduction(gm, node, *info)
+            if change:
+                changes.append(change)
+    return changes
+
+
+def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
+    """Fuse reductions with their prologue/epilogue, then groups of elementwise operators (in place)."""
+    changes = fuse_reductions(gm) if FUSE_REDUCTIONS else []
     for group in _groups(gm):
         inputs, outputs, prelude, out_exprs, scalars = _emit(group)
         if not outputs:
