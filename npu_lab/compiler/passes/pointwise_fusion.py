@@ -223,9 +223,13 @@ def _fusible(node: torch.fx.Node) -> bool:
     v = _val(node)
     if not isinstance(v, torch.Tensor) or v.dtype not in (torch.float32, torch.float64):
         return False
+    # Dynamic shapes: the fused kernels are planned with concrete sizes and strides; reading a
+    # symbolic one would add a guard and pin the graph to this size, so such nodes stay unfused.
+    if not _static(v):
+        return False
     for a in node.all_input_nodes:
         av = _val(a)
-        if not isinstance(av, torch.Tensor) or av.dtype not in (v.dtype, torch.bool):
+        if not isinstance(av, torch.Tensor) or av.dtype not in (v.dtype, torch.bool) or not _static(av):
             return False
         if av.device.type != "npu" and av.dim() > 0:
             return False
@@ -358,6 +362,11 @@ def _emit(group: list[torch.fx.Node]):
 
 def _op_name(node: torch.fx.Node) -> str:
     return str(node.target).replace("aten.", "").replace(".default", "")
+
+
+def _static(v: torch.Tensor) -> bool:
+    """Every size and stride of ``v`` is a plain int."""
+    return all(isinstance(d, int) for d in v.shape) and all(isinstance(d, int) for d in v.stride())
 
 
 def _static_shape(v: object) -> tuple[int, ...] | None:
