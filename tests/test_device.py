@@ -96,3 +96,19 @@ def test_item_and_tolist():
 def test_printing():
     t = torch.arange(4.0).npu()
     assert repr(t) == "tensor([0., 1., 2., 3.], device='npu:0')"
+
+
+def test_jit_trace_on_npu_keeps_device_counters_plain_numbers():
+    """Under torch.jit.trace sizes are traced tensors; the clock and counters must stay ints/floats."""
+    import warnings
+
+    from npu_lab.device import clock
+
+    m = torch.nn.Linear(4, 3).to("npu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(m, torch.randn(2, 4, device="npu"))
+    traced(torch.randn(5, 4, device="npu")).cpu()
+    assert all(isinstance(v, float) for v in clock.clock(0).stream_time.values())
+    assert all(isinstance(v, int) for v in npu_lab.transfer_stats().values())
+    assert all(isinstance(v, int) for v in torch.npu.memory_stats().values())

@@ -131,6 +131,7 @@ def launch(
     index: int = 0,
 ) -> None:
     """Account one kernel launch on the current stream of device ``index``."""
+    flops, bytes_read, bytes_written = float(flops), int(bytes_read), int(bytes_written)  # plain numbers only
     c = _clocks.get(index) or clock(index)
     stream = _current_stream.get(index, 0)
     start, end = c.advance(stream, c.model.kernel_us(flops, bytes_read + bytes_written))
@@ -143,6 +144,7 @@ def launch(
 
 def copy(name: str, nbytes: int, index: int = 0) -> None:
     """Account one host<->device (or device<->device) copy."""
+    nbytes = int(nbytes)
     c = _clocks.get(index) or clock(index)
     stream = _current_stream.get(index, 0)
     start, end = c.advance(stream, c.model.copy_us(nbytes))

@@ -37,7 +37,9 @@ __all__ = [
 
 
 def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    # int(): under torch.jit.trace sizes come back as traced tensors, which must not leak
+    # into the device's counters and clock.
+    return int(t.numel()) * t.element_size()
 
 
 def launch(name: str, flops: float, read: int, written: int) -> None:
