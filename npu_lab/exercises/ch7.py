@@ -1,0 +1,388 @@
+"""Chapter 7: the Dispatcher - key paths, a kernel registered for npu, and a custom operator.
+
+Three exercises:
+
+* ``ch7.key_path`` - walk an operator's dispatch table for a call's key set, as the dispatcher
+  does (checked against the lab's dispatch inspector on real operators and real tensors);
+* ``ch7.register_kernel`` - register an ``npu`` kernel for ``aten::hardswish``, which the NPU
+  lacks, in a ``torch.library.Library`` the learner creates and returns; the check runs the op,
+  proves with a dispatch trace that the learner's kernel ran (not the CPU fallback) and removes
+  the registration again (``Library._destroy()``), so nothing leaks into later code;
+* ``ch7.custom_op`` - ``swiglu(a, b) = silu(a) * b`` as a ``torch.library.custom_op`` with a fake
+  implementation and an autograd formula, checked with ``torch.library.opcheck``, ``gradcheck``
+  and ``torch.compile(backend="npu", fullgraph=True)``.
+
+Helpers for the notebooks: :func:`call_keys` (the key set the dispatcher computes for a call)
+and :func:`table_kinds` (an operator's dispatch table as ``{key: kind}``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.tester import Tester, short
+
+chapter("ch7", "The Dispatcher: keys, tables, kernels and custom operators", [
+    "A tensor carries a dispatch key set: its backend key and the autograd key that goes with it",
+    "Thread-local include/exclude sets change a call's keys: inference_mode drops the autograd keys",
+    "An operator's dispatch table holds, per key, a kernel, a fallthrough or a backend fallback",
+    "Wrapper kernels (autograd, ADInplaceOrView, autocast) do their work and pass the call to the next key",
+    "torch.library.Library('aten', 'IMPL').impl(op, fn, 'PrivateUse1') registers an npu kernel; _destroy() removes it",
+    "A backend fallback is one boxed kernel for every operator without a kernel (the NPU's CPU fallback)",
+    "A custom operator needs a fake implementation for torch.compile and an autograd formula for training",
+    "torch.library.opcheck tests a custom operator's schema, fake implementation and autograd registration",
+])
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with the notebooks
+# ---------------------------------------------------------------------------------------------
+
+def call_keys(*tensors: torch.Tensor) -> list[str]:
+    """The key set the dispatcher computes for a call on ``tensors``, highest priority first.
+
+    The union of the tensors' key sets, plus the thread-local *include* set, minus the
+    thread-local *exclude* set (so call it inside ``torch.inference_mode()`` or ``torch.autocast``
+    to see what those change).
+    """
+    from ..inspect.dispatch import _OBSERVER_KEYS, keys
+
+    ks = torch._C.DispatchKeySet(torch._C.DispatchKey.Undefined)
+    for t in tensors:
+        ks = ks | torch._C._dispatch_keys(t)
+    ks = (ks | torch._C._dispatch_tls_local_include_set()) - torch._C._dispatch_tls_local_exclude_set()
+    return [k for k in keys(ks) if k not in _OBSERVER_KEYS]
+
+
+def table_kinds(op: str) -> dict[str, str]:
+    """An operator's computed dispatch table as ``{dispatch key: kind}``.
+
+    Kinds: ``"kernel"``, ``"autograd kernel"``, ``"math kernel"`` (CompositeImplicitAutograd),
+    ``"default backend kernel"`` (CompositeExplicitAutograd), ``"backend fallback"`` and
+    ``"fallthrough"``; keys with nothing registered are absent.
+    """
+    from ..inspect.dispatch import dispatch_table
+
+    return {key: entry.kind for key, entry in dispatch_table(op).items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# ch7.key_path
+# ---------------------------------------------------------------------------------------------
+
+def _npu(*shape: int, seed: int = 0) -> torch.Tensor:
+    return randn(*shape, seed=seed).to("npu")
+
+
+def _inference_keys() -> list[str]:
+    with torch.inference_mode():
+        return call_keys(_npu(3))
+
+
+def _autocast_keys() -> list[str]:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return call_keys(randn(2, 2))
+
+
+#: (description, operator, function giving the call's key set, hidden)
+WALK_CASES: list[tuple[str, str, Callable[[], list[str]], bool]] = [
+    ("a + b on npu", "aten::add.Tensor", lambda: call_keys(_npu(3), _npu(3, seed=1)), False),
+    ("a + b on cpu", "aten::add.Tensor", lambda: call_keys(randn(3), randn(3, seed=1)), False),
+    ("a.add_(b) on npu (in place)", "aten::add_.Tensor", lambda: call_keys(_npu(3), _npu(3, seed=1)), False),
+    ("F.linear(x, w) on npu (a CompositeImplicitAutograd operator)", "aten::linear",
+     lambda: call_keys(_npu(2, 3), _npu(4, 3)), False),
+    ("a * 2 on npu inside torch.inference_mode()", "aten::mul.Tensor", _inference_keys, False),
+    ("torch.ones_like(a) on npu", "aten::ones_like", lambda: call_keys(_npu(3)), True),
+    ("F.hardswish(a) on npu", "aten::hardswish", lambda: call_keys(_npu(3)), True),
+    ("a.view(-1) on npu", "aten::view", lambda: call_keys(_npu(2, 3)), True),
+    ("x @ y on cpu inside torch.autocast('cpu')", "aten::mm", _autocast_keys, True),
+    ("torch.ops.npu.linear_relu(x, w, b)", "npu::linear_relu", lambda: call_keys(_npu(2, 3)), True),
+]
+
+
+def expected_walk(op: str, keyset: list[str]) -> list[str]:
+    """The keys whose kernels run, from the lab's dispatch inspector (fallthroughs left out)."""
+    from ..inspect.dispatch import key_path
+
+    return [s.key for s in key_path(op, keyset) if s.kind != "fallthrough"]
+
+
+@exercise("ch7.key_path", "Walk a dispatch table: which kernels run?", names=["dispatch_walk"])
+def _key_path(t: Tester, dispatch_walk) -> None:
+    hint = ("go through the keys from the highest priority; skip keys with no entry and fallthroughs; "
+            "an 'autograd kernel' or a 'kernel' at ADInplaceOrView, BackendSelect or an Autocast key passes "
+            "the call on; any other entry (a backend key's kernel, a math/default backend kernel, a backend "
+            "fallback) computes the result and ends the walk")
+    for desc, op, make_keys, hidden in WALK_CASES:
+        keyset = make_keys()
+        table = table_kinds(op)
+        t.case(f"{op}: {desc}, key set {keyset}", dispatch_walk, keyset, table,
+               expected=expected_walk(op, keyset), hidden=hidden, hint=hint)
+
+
+# ---------------------------------------------------------------------------------------------
+# ch7.register_kernel
+# ---------------------------------------------------------------------------------------------
+
+OP = "aten::hardswish"
+_IMPL_KEY = "aten/hardswish/PrivateUse1"
+
+
+def _run_hardswish(x: torch.Tensor) -> torch.Tensor:
+    return F.hardswish(x).cpu()
+
+
+def _trace_once(x: torch.Tensor) -> dict[str, Any]:
+    """Run F.hardswish on ``x`` under the dispatch tracer; count fallbacks and host<->device bytes."""
+    from .. import transfer_stats
+    from ..device import fallback
+    from ..inspect.dispatch import trace
+
+    fell, moved = dict(fallback.counts), transfer_stats()
+    tr = trace(F.hardswish, x)
+    after = transfer_stats()
+    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    new_fallbacks = {k: v - fell.get(k, 0) for k, v in fallback.counts.items() if v != fell.get(k, 0)}
+    return {"calls": tr.calls, "fallbacks": new_fallbacks, "crossed": crossed}
+
+
+def _describe_call(call) -> str:
+    import re
+
+    return f"{call.op}: {call.arrow()} -> {re.sub(r':[0-9]+', '', call.kernel)}"
+
+
+@exercise("ch7.register_kernel", "Register an npu kernel for an operator the NPU lacks (aten::hardswish)",
+          names=["register_hardswish"], timeout=60)
+def _register_kernel(t: Tester, register_hardswish) -> None:
+    from ..device import fallback
+    from ..inspect.dispatch import dispatch_table
+    from ..ops.registry import CLAIMED
+
+    if OP in CLAIMED:  # the exercise relies on the NPU lacking this operator
+        raise RuntimeError(f"{OP} is claimed by the NPU now; ch7.register_kernel needs an operator it lacks")
+    libs: list[torch.library.Library] = []
+    was_enabled = fallback.cpu_fallback_enabled()
+    fallback.set_cpu_fallback(True)  # a missing registration then shows up as a fallback, not as an error
+    try:
+        with _quiet():  # a registration the notebook still holds is overridden (PyTorch warns once)
+            outcome = t.call(register_hardswish)
+        if not outcome.ok:
+            t.error("register_hardswish()", outcome,
+                    hint="create torch.library.Library('aten', 'IMPL'), call .impl('hardswish', your_kernel, "
+                         "'PrivateUse1') and return the library")
+            return
+        lib = outcome.value
+        is_lib = isinstance(lib, torch.library.Library)
+        if is_lib:
+            libs.append(lib)
+        if not t.expect("register_hardswish() returns the torch.library.Library it registered with",
+                        is_lib and lib.m is not None, expected="a live torch.library.Library", got=short(lib),
+                        hint="return the library: once nothing refers to it, Python frees it and the registration "
+                             "disappears with it"):
+            return
+        t.expect("it is a library of the 'aten' namespace (kind 'IMPL' or 'FRAGMENT')",
+                 lib.ns == "aten" and lib.kind in ("IMPL", "FRAGMENT"), expected="Library('aten', 'IMPL')",
+                 got=f"Library({lib.ns!r}, {lib.kind!r})",
+                 hint="hardswish is an ATen operator: torch.library.Library('aten', 'IMPL')")
+        t.expect("the library holds a kernel for aten::hardswish at the PrivateUse1 key", _IMPL_KEY in lib._op_impls,
+                 expected=_IMPL_KEY, got=short(sorted(lib._op_impls)),
+                 hint="lib.impl('hardswish', hardswish_npu, 'PrivateUse1'): the npu device is the PrivateUse1 key")
+        entry = dispatch_table(OP).get("PrivateUse1")
+        t.expect("aten::hardswish's dispatch table now has a kernel (not the backend fallback) at PrivateUse1",
+                 entry is not None and entry.kind == "kernel", expected="kernel",
+                 got=entry.kind if entry else "nothing", hint="register for the 'PrivateUse1' dispatch key")
+
+        hint = ("hardswish(x) = x * min(max(x + 3, 0), 6) / 6; allocate the output on npu (torch.empty_like) and "
+                "fill it in a numba kernel through npu_lab.device_array")
+        for shape, hidden in [((4, 5), False), ((7,), False), ((0, 3), False), ((2, 3, 4), True)]:
+            x = randn(*shape, seed=len(shape) + 40) * 4
+            t.case(f"F.hardswish(x of {shape} on npu) equals the CPU's", _run_hardswish, x.to("npu"),
+                   expected=F.hardswish(x), hidden=hidden, hint=hint, rtol=1e-5, atol=1e-6)
+        xt = (randn(5, 3, seed=44) * 4).t()
+        t.case("F.hardswish(a transposed, non-contiguous npu tensor)", _run_hardswish, xt.to("npu"),
+               expected=F.hardswish(xt), hint="a transposed tensor's elements are not in memory order: "
+               "call .contiguous() before handing its memory to the kernel")
+
+        outcome = t.call(_trace_once, (randn(64, seed=45) * 4).to("npu"))
+        if not outcome.ok:
+            t.error("a dispatch trace of F.hardswish on npu", outcome, hint="your kernel raised")
+            return
+        calls = [c for c in outcome.value["calls"] if c.op == OP]
+        ran = bool(calls) and calls[0].path and calls[0].path[-1].key == "PrivateUse1" \
+            and calls[0].path[-1].kind == "kernel" and "fallback" not in calls[0].kernel
+        t.expect("the dispatch trace shows aten::hardswish reaching your PrivateUse1 kernel, not the CPU fallback",
+                 ran, expected="aten::hardswish: AutogradPrivateUse1 -> PrivateUse1 -> PrivateUse1 kernel (your file)",
+                 got=_describe_call(calls[0]) if calls else "aten::hardswish never reached a backend",
+                 hint="register for 'PrivateUse1' and keep the library alive while the operator runs")
+        fell = outcome.value["fallbacks"]
+        t.expect("no operator fell back to the CPU while it ran", not fell, expected="no fallback",
+                 got=short(fell), hint="your kernel calls an operator the NPU lacks: compute in numba instead")
+        crossed = outcome.value["crossed"]
+        t.expect("your kernel computes on the device: no bytes crossed between host and device", crossed == 0,
+                 expected="0 bytes", got=f"{crossed:,} bytes",
+                 hint="do not copy to the CPU and back (that is what the fallback does): work on "
+                      "npu_lab.device_array(tensor), the tensor's device memory")
+
+        with _quiet():  # PyTorch warns (once) that the second registration overrides the first
+            again = t.call(register_hardswish)  # what re-running the notebook cell does
+        if again.ok and isinstance(again.value, torch.library.Library):
+            libs.append(again.value)
+        x = randn(6, seed=46) * 4
+        t.case("calling register_hardswish() a second time (re-running the cell) works, and the op still runs",
+               lambda a: (again.value is not None and again.ok, _run_hardswish(a))[1], x.to("npu"),
+               expected=F.hardswish(x), hidden=True, hint="registering again must not fail: do not pass "
+               "allow_override=False, and create a new Library in each call")
+    finally:
+        for lib in libs:
+            lib._destroy()
+        fallback.set_cpu_fallback(was_enabled)
+
+
+# ---------------------------------------------------------------------------------------------
+# ch7.custom_op
+# ---------------------------------------------------------------------------------------------
+
+RESERVED = {"aten", "prim", "prims", "npu", "torch", "_", "c10", "quantized", "mkldnn", "cuda", "inductor"}
+
+_OPCHECK_HINTS = {
+    "test_schema": "the operator must not change its inputs (mutates_args=()) nor return one of them: "
+                   "return a new tensor",
+    "test_autograd_registration": "register a backward with swiglu.register_autograd(backward, setup_context=...)",
+    "test_faketensor": "register a fake implementation (@swiglu.register_fake) returning an empty tensor with the "
+                       "output's shape, dtype and device (torch.empty_like(a))",
+    "test_aot_dispatch_dynamic": "the fake implementation and the backward formula must work on fake tensors of "
+                                 "any shape: use only torch operations on their arguments",
+}
+
+
+def _reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) * b
+
+
+def _grads(fn: Callable, a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
+    a, b = a.detach().clone().requires_grad_(True), b.detach().clone().requires_grad_(True)
+    out = fn(a, b)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    out.backward(weights.to(out.device))
+    return [out.detach().cpu(), a.grad.cpu(), b.grad.cpu()]
+
+
+def _opcheck(op, a: torch.Tensor, b: torch.Tensor, utils: tuple[str, ...]) -> dict[str, Any]:
+    with _quiet():
+        return torch.library.opcheck(op, (a, b), test_utils=utils, raise_exception=False)
+
+
+@contextlib.contextmanager
+def _quiet():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _compiled_grads(op, a: torch.Tensor, b: torch.Tensor) -> dict[str, Any]:
+    import torch._dynamo
+
+    from .. import compiler
+
+    torch._dynamo.reset()
+    compiler.reset()
+    try:
+        fn = torch.compile(lambda x, y: op(x, y) * 2, backend="npu", fullgraph=True)
+        grads = _grads(fn, a, b)
+        record = compiler.last_compile()
+        fw = record.graph("forward").snapshot("input").graph
+        nodes = sum(1 for n in fw.nodes if n.op == "call_function" and n.target == op._opoverload)
+        return {"grads": grads, "nodes": nodes}
+    finally:
+        torch._dynamo.reset()
+        compiler.reset()
+
+
+def _first_line(value: Any) -> str:
+    text = str(value).strip().splitlines()
+    return (text[0][:200] if text else type(value).__name__)
+
+
+@exercise("ch7.custom_op", "A custom operator with autograd that passes opcheck", names=["swiglu"], timeout=120)
+def _custom_op(t: Tester, swiglu) -> None:
+    from torch._library.custom_ops import CustomOpDef
+
+    if not t.expect("swiglu is an operator made with torch.library.custom_op", isinstance(swiglu, CustomOpDef),
+                    expected="a CustomOpDef", got=type(swiglu).__name__,
+                    hint='decorate the function with @torch.library.custom_op("yourname::swiglu", mutates_args=())'):
+        return
+    t.expect("it lives in a namespace of your own", swiglu._namespace not in RESERVED,
+             expected="e.g. 'mylab::swiglu'", got=swiglu._qualname,
+             hint="aten, prims, npu and torch belong to PyTorch and the lab: pick a name of your own")
+    schema = swiglu._opoverload._schema
+    tensors_in = [a for a in schema.arguments if str(a.type) == "Tensor"]
+    t.expect("its schema takes two tensors and returns one",
+             len(schema.arguments) == 2 and len(tensors_in) == 2 and len(schema.returns) == 1
+             and str(schema.returns[0].type) == "Tensor", expected="(Tensor a, Tensor b) -> Tensor",
+             got=str(schema), hint="annotate: def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor")
+
+    hint = "swiglu(a, b) = silu(a) * b = a * sigmoid(a) * b, returned as a new tensor"
+    for shape, device, hidden in [((4, 6), "cpu", False), ((4, 6), "npu", False), ((0, 3), "npu", False),
+                                  ((2, 3, 5), "npu", True)]:
+        a, b = randn(*shape, seed=50), randn(*shape, seed=51)
+        t.case(f"swiglu(a, b) for a, b of {shape} on {device}", lambda x, y: swiglu(x, y).cpu(), a.to(device),
+               b.to(device), expected=_reference(a, b), hidden=hidden, hint=hint, rtol=1e-5, atol=1e-6)
+
+    for device, utils, hidden in [
+        ("cpu", ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"), False),
+        # opcheck's autograd registration test knows only cpu/cuda/xpu devices in this PyTorch
+        ("npu", ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"), True),
+    ]:
+        a = randn(3, 4, seed=52).to(device).requires_grad_(True)
+        b = randn(3, 4, seed=53).to(device).requires_grad_(True)
+        outcome = t.call(_opcheck, swiglu, a, b, utils)
+        if not outcome.ok:
+            t.error(f"torch.library.opcheck(swiglu, (a, b)) on {device}", outcome, hidden=hidden,
+                    hint="opcheck itself failed to run your operator")
+            continue
+        for test in utils:
+            result = outcome.value.get(test)
+            t.expect(f"opcheck on {device}: {test}", result == "SUCCESS", hidden=hidden, expected="SUCCESS",
+                     got=_first_line(result), hint=_OPCHECK_HINTS[test])
+
+    a64, b64 = randn(3, 4, seed=54, dtype=torch.float64), randn(3, 4, seed=55, dtype=torch.float64)
+    outcome = t.call(lambda x, y: torch.autograd.gradcheck(swiglu, (x, y), raise_exception=False),
+                     a64.requires_grad_(True), b64.requires_grad_(True))
+    if not outcome.ok:
+        t.error("torch.autograd.gradcheck(swiglu, (a, b)) in float64 on cpu", outcome,
+                hint="the backward raised: it returns one gradient per input (a, b)")
+    else:
+        t.expect("torch.autograd.gradcheck(swiglu, (a, b)) in float64 on cpu", outcome.value is True,
+                 expected="True", got=short(outcome.value),
+                 hint="d/da = grad * b * s * (1 + a * (1 - s)) with s = sigmoid(a); d/db = grad * silu(a)")
+
+    a, b = randn(5, 7, seed=56), randn(5, 7, seed=57)
+    want = _grads(_reference, a.to("npu"), b.to("npu"))
+    t.case("output and gradients of swiglu on npu equal those of silu(a) * b", _grads, swiglu, a.to("npu"),
+           b.to("npu"), expected=want, hint="save a and b in setup_context; return (grad_a, grad_b)",
+           rtol=1e-4, atol=1e-5)
+
+    outcome = t.call(_compiled_grads, swiglu, a.to("npu"), b.to("npu"))
+    if not outcome.ok:
+        t.error("torch.compile(backend='npu', fullgraph=True) of a function calling swiglu, then backward()", outcome,
+                hint="Dynamo and AOTAutograd run your fake implementation and trace your backward on fake tensors")
+        return
+    nodes = outcome.value["nodes"]
+    t.expect("torch.compile keeps swiglu as one opaque node in the forward graph", nodes == 1,
+             expected="1 node", got=f"{nodes} node(s)",
+             hint="a custom operator is not traced into: the graph calls it as a whole")
+    doubled = [w * 2 for w in want]  # the compiled function returns swiglu(a, b) * 2
+    got = outcome.value["grads"]
+    ok = all(torch.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, doubled))
+    t.expect("compiled output and gradients equal eager", ok, hidden=True, expected="equal", got="equal" if ok else
+             "different", hint="the backward formula must use only torch operations, so AOTAutograd can trace it")

@@ -1,0 +1,93 @@
+"""Plausible wrong answers to chapter 7's exercises (the Dispatcher)."""
+
+WRONG: dict[str, list[str]] = {
+    "ch7.key_path": [
+        # stops at the first key with an entry: forgets that autograd passes the call on
+        "def dispatch_walk(keyset, table):\n"
+        "    for key in keyset:\n"
+        "        if table.get(key) not in (None, 'fallthrough'):\n"
+        "            return [key]\n"
+        "    return []",
+        # does not skip fallthroughs
+        "def dispatch_walk(keyset, table):\n"
+        "    ran = []\n"
+        "    for key in keyset:\n"
+        "        if key in table:\n"
+        "            ran.append(key)\n"
+        "            if table[key] not in ('autograd kernel', 'fallthrough') and key not in ('ADInplaceOrView', "
+        "'BackendSelect'):\n"
+        "                break\n"
+        "    return ran",
+        # every autograd key passes the call on, even when it holds a math (composite) kernel
+        "def dispatch_walk(keyset, table):\n"
+        "    ran = []\n"
+        "    for key in keyset:\n"
+        "        kind = table.get(key)\n"
+        "        if kind in (None, 'fallthrough'):\n"
+        "            continue\n"
+        "        ran.append(key)\n"
+        "        if not (key.startswith(('Autograd', 'Autocast')) or key in ('ADInplaceOrView', 'BackendSelect')):\n"
+        "            break\n"
+        "    return ran",
+    ],
+    "ch7.register_kernel": [
+        # right values, but computed on the CPU and copied back: what the fallback does, by hand
+        "def register_hardswish():\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', lambda self: F.hardswish(self.cpu()).to(self.device), 'PrivateUse1')\n"
+        "    return lib",
+        # forgets to return the library: Python frees it and the registration goes with it
+        "def register_hardswish():\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', hardswish_npu, 'PrivateUse1')",
+        # forgets the division by 6
+        "@numba.njit\n"
+        "def _loop6(x, out):\n"
+        "    for i in range(x.size):\n"
+        "        out[i] = x[i] * min(max(x[i] + 3.0, 0.0), 6.0)\n"
+        "def register_hardswish():\n"
+        "    def kernel(self):\n"
+        "        src = self.contiguous()\n"
+        "        out = torch.empty_like(src)\n"
+        "        _loop6(npu_lab.device_array(src).reshape(-1), npu_lab.device_array(out).reshape(-1))\n"
+        "        return out\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', kernel, 'PrivateUse1')\n"
+        "    return lib",
+        # registers the neighbouring operator by mistake
+        "def register_hardswish():\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardsigmoid', hardswish_npu, 'PrivateUse1')\n"
+        "    return lib",
+    ],
+    "ch7.custom_op": [
+        # no autograd formula
+        "@torch.library.custom_op('ch7wrong_a::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.silu(a) * b\n"
+        "swiglu.register_fake(lambda a, b: torch.empty_like(a))",
+        # a backward that forgets the derivative of sigmoid
+        "@torch.library.custom_op('ch7wrong_b::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.silu(a) * b\n"
+        "swiglu.register_fake(lambda a, b: torch.empty_like(a))\n"
+        "def _setup_b(ctx, inputs, output):\n"
+        "    ctx.save_for_backward(*inputs)\n"
+        "def _backward_b(ctx, grad):\n"
+        "    a, b = ctx.saved_tensors\n"
+        "    return grad * b * torch.sigmoid(a), grad * F.silu(a)\n"
+        "swiglu.register_autograd(_backward_b, setup_context=_setup_b)",
+        # 'saves memory' by working in place on its input, which the schema says it does not change
+        "@torch.library.custom_op('ch7wrong_c::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return a.mul_(torch.sigmoid(a)).mul_(b)\n"
+        "swiglu.register_fake(lambda a, b: torch.empty_like(a))\n"
+        "swiglu.register_autograd(swiglu_backward, setup_context=swiglu_setup)",
+        # a fake implementation with the wrong shape
+        "@torch.library.custom_op('ch7wrong_d::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.silu(a) * b\n"
+        "swiglu.register_fake(lambda a, b: a.new_empty(a.shape[:-1]))\n"
+        "swiglu.register_autograd(swiglu_backward, setup_context=swiglu_setup)",
+    ],
+}
