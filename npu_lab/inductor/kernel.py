@@ -49,6 +49,8 @@ import math
 import numba
 import numpy as np
 
+from npu_lab.kernels.fast_math import fast_exp, fast_tanh
+
 
 @numba.njit(inline="always")
 def _maximum(a, b):
@@ -114,13 +116,13 @@ class NumbaOverrides(OpOverrides):
     maximum = staticmethod(lambda a, b: f"_maximum({a}, {b})")
     minimum = staticmethod(lambda a, b: f"_minimum({a}, {b})")
     abs = _unary("abs")
-    exp = _unary("math.exp")
+    exp = _unary("fast_exp")
     log = _unary("math.log")
     sqrt = _unary("math.sqrt")
     sin = _unary("math.sin")
     cos = _unary("math.cos")
     tan = _unary("math.tan")
-    tanh = _unary("math.tanh")
+    tanh = _unary("fast_tanh")
     sinh = _unary("math.sinh")
     cosh = _unary("math.cosh")
     asin = _unary("math.asin")

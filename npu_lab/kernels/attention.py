@@ -19,6 +19,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from .fast_math import fast_exp
+
 _opts = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
@@ -51,7 +53,7 @@ def forward(q, k, v, bias, has_bias, causal, scale, out, lse):
             if scores[j] == -np.inf:
                 scores[j] = 0.0
             else:
-                scores[j] = math.exp(scores[j] - m)
+                scores[j] = fast_exp(scores[j] - m)
                 total += scores[j]
         for e in range(ev):
             out[g, i, e] = 0.0
@@ -102,7 +104,7 @@ def backward(dout, q, k, v, bias, has_bias, causal, scale, out, lse, dq, dk, dv,
                 sc = acc * scale
                 if has_bias:
                     sc += bias[g, i, j]
-                p[j] = math.exp(sc - lse[g, i])
+                p[j] = fast_exp(sc - lse[g, i])
             for j in range(s_n):
                 pj = p[j]
                 if pj == 0.0:

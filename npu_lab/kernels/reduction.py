@@ -12,6 +12,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from .fast_math import fast_exp
+
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 
 
@@ -115,14 +117,14 @@ def softmax_rows(x, out, log):
                 m = x[r, j]
         s = 0.0
         for j in range(x.shape[1]):
-            s += math.exp(x[r, j] - m)
+            s += fast_exp(x[r, j] - m)
         if log:
             lse = m + math.log(s)
             for j in range(x.shape[1]):
                 out[r, j] = x[r, j] - lse
         else:
             for j in range(x.shape[1]):
-                out[r, j] = math.exp(x[r, j] - m) / s
+                out[r, j] = fast_exp(x[r, j] - m) / s
 
 
 @numba.njit(parallel=True, **_opts)
@@ -134,7 +136,7 @@ def softmax_backward_rows(grad, out, result, log):
             for j in range(grad.shape[1]):
                 s += grad[r, j]
             for j in range(grad.shape[1]):
-                result[r, j] = grad[r, j] - math.exp(out[r, j]) * s
+                result[r, j] = grad[r, j] - fast_exp(out[r, j]) * s
         else:
             s = 0.0
             for j in range(grad.shape[1]):

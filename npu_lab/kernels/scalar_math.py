@@ -8,6 +8,8 @@ import math
 
 import numba
 
+from .fast_math import fast_exp, fast_sigmoid, fast_tanh  # noqa: F401 (generated kernels call them)
+
 _inline = numba.njit(inline="always", cache=True)
 
 SQRT1_2 = 0.7071067811865476
@@ -22,7 +24,7 @@ def relu(x):
 @_inline
 def sigmoid(x):
     # branch-free so loops using it vectorise; exp(-x) = inf gives exactly 0
-    return 1 / (1 + math.exp(-x))
+    return fast_sigmoid(x)
 
 
 @_inline

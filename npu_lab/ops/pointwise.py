@@ -299,7 +299,7 @@ def pow_out(self, exponent, *, out):
 UNARY: dict[str, tuple[str, bool, float]] = {
     "neg": ("-{0}", False, 1),
     "abs": ("abs({0})", False, 1),
-    "exp": ("math.exp({0})", True, 8),
+    "exp": ("fast_exp({0})", True, 8),
     "log": ("math.log({0}) if {0} > 0 else (-math.inf if {0} == 0 else math.nan)", True, 8),
     "log2": ("math.log2({0}) if {0} > 0 else (-math.inf if {0} == 0 else math.nan)", True, 8),
     "log1p": ("math.log1p({0}) if {0} > -1 else (-math.inf if {0} == -1 else math.nan)", True, 8),
@@ -309,7 +309,7 @@ UNARY: dict[str, tuple[str, bool, float]] = {
     "reciprocal": ("1 / {0}", True, 1),
     "relu": ("relu({0})", False, 1),
     "sigmoid": ("sigmoid({0})", True, 8),
-    "tanh": ("math.tanh({0})", True, 8),
+    "tanh": ("fast_tanh({0})", True, 8),
     "sin": ("math.sin({0})", True, 8),
     "cos": ("math.cos({0})", True, 8),
     "erf": ("math.erf({0})", True, 8),

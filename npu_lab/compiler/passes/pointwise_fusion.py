@@ -66,14 +66,14 @@ RULES: dict[object, Rule] = {
     aten.rsub.Scalar: lambda a, lit: f"({a[1]} - {a[0]})",
     aten.neg.default: lambda a, lit: f"(-{a[0]})",
     aten.abs.default: lambda a, lit: f"abs({a[0]})",
-    aten.exp.default: lambda a, lit: f"math.exp({a[0]})",
+    aten.exp.default: lambda a, lit: f"fast_exp({a[0]})",
     aten.log.default: lambda a, lit: f"math.log({a[0]})",
     aten.sqrt.default: lambda a, lit: f"math.sqrt({a[0]})",
     aten.rsqrt.default: lambda a, lit: f"(1 / math.sqrt({a[0]}))",
     aten.reciprocal.default: lambda a, lit: f"(1 / {a[0]})",
     aten.relu.default: lambda a, lit: f"relu({a[0]})",
     aten.sigmoid.default: lambda a, lit: f"sigmoid({a[0]})",
-    aten.tanh.default: lambda a, lit: f"math.tanh({a[0]})",
+    aten.tanh.default: lambda a, lit: f"fast_tanh({a[0]})",
     aten.silu.default: lambda a, lit: f"silu({a[0]})",
     aten.sin.default: lambda a, lit: f"math.sin({a[0]})",
     aten.cos.default: lambda a, lit: f"math.cos({a[0]})",
@@ -125,6 +125,8 @@ class FusedKernel:
         return self.kernel.source
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # a 0-dim CPU tensor (PyTorch allows one next to device tensors, as a scalar) is uploaded
+        inputs = tuple(t.to("npu") if t.device.type == "cpu" else t for t in inputs)
         # the output shape is the inputs' broadcast shape (also right under dynamic shapes)
         shape = broadcast_shape(*[t.shape for t in inputs]) if inputs else self.shape
         outs = []
