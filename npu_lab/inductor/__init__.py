@@ -40,7 +40,11 @@ def register() -> None:
 
 
 def generated_kernels() -> dict[str, str]:
-    """name -> numba source of every kernel Inductor generated for ``npu`` in this process."""
+    """Every kernel Inductor generated for ``npu`` in this process: ``"<name>_<source hash>"`` -> numba source.
+
+    Names (``npu_kernel_0``, ...) are numbered per compiled graph, so the hash tells
+    kernels of different graphs apart; :func:`kernels_in` gives one graph's kernels by name.
+    """
     from .scheduling import GENERATED
 
     return dict(GENERATED)

@@ -8,6 +8,8 @@ the ``npu`` ATen operators in the wrapper code.
 
 from __future__ import annotations
 
+import hashlib
+
 from typing import Any
 
 import sympy
@@ -68,9 +70,11 @@ class NumbaScheduling(BaseScheduling):
         arg_defs, call_args, _, arg_types = kernel.args.python_argdefs()
         name = wrapper.src_to_kernel.get(source)
         if name is None:
-            name = f"npu_kernel_{len(GENERATED)}"
+            # numbered per graph, as Inductor numbers its own kernels (wrapper.next_kernel_suffix):
+            # the name must not depend on what else this process compiled or took from the cache
+            name = f"npu_kernel_{len(wrapper.src_to_kernel)}"
             wrapper.src_to_kernel[source] = name
-            GENERATED[name] = source
+            GENERATED[f"{name}_{hashlib.sha1(source.encode()).hexdigest()[:8]}"] = source
             params = [getattr(a, "name", str(a)) for a in arg_defs]
             outputs = tuple(i for i, p in enumerate(params) if p.startswith(("out_ptr", "in_out_ptr")))
             wrapper.define_kernel(name, f"load_kernel({name!r}, {source!r}, {outputs!r})", gpu=False)
