@@ -9,7 +9,6 @@ the ``npu`` ATen operators in the wrapper code.
 from __future__ import annotations
 
 import hashlib
-
 from typing import Any
 
 import sympy
