@@ -176,3 +176,32 @@ def test_training_bigger_models_matches_eager_and_reuses_the_cache(make, momentu
         assert built == [1, 1, 1, 1] and hits == [0, 1, 2, 3]
     else:
         assert built == [1, 2, 2, 2] and hits == [0, 0, 1, 2]
+
+
+def test_a_zero_dim_cpu_tensor_in_a_fused_graph_is_an_input_not_a_constant():
+    # PyTorch allows a 0-dim CPU tensor next to device tensors (as a scalar); fused, it is uploaded.
+    # As a graph input (unlike a Python number) its value can change without a new compile.
+    _fresh()
+    compiler.reset()
+    x = torch.randn(4, 4, device="npu")
+    outs = []
+    with lazy.mode():
+        for s in (0.5, 1.5, -2.0):
+            outs.append((x * torch.tensor(s)).relu() + 1)
+            lazy.mark_step()
+    assert "fused_pointwise" in lazy.last_graph().code
+    for s, out in zip((0.5, 1.5, -2.0), outs):
+        torch.testing.assert_close(out.cpu(), ((x * s).relu() + 1).cpu())
+    assert lazy.metrics.graphs_built == 1 and lazy.metrics.cache_hits == 2
+
+
+def test_a_graph_that_fails_is_dropped_and_does_not_fail_again_at_the_next_sync():
+    _fresh()
+    x = torch.randn(4, device="npu")
+    with pytest.raises(NotImplementedError):
+        with lazy.mode():
+            n = x.norm()  # noqa: F841 - no npu kernel: the graph fails when it runs
+            lazy.mark_step()
+    with lazy.mode():  # a fresh trace works as before
+        y = (x * 2).cpu()
+    torch.testing.assert_close(y, x.cpu() * 2)

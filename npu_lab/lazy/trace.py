@@ -279,19 +279,23 @@ class Trace:
         cfg = config.replace(self.options)
         hits = stats["cache_hits"]
         t0 = time.perf_counter()
-        # passes may run operators (constant folding): they must run for real, not be recorded
-        with _suspended(), torch.no_grad():
-            compiled = compile_graph(gm, self.inputs, "lazy", cfg, None)
-        t1 = time.perf_counter()
-        hit = stats["cache_hits"] - hits
-        metrics.cache_hits += hit
-        metrics.graphs_built += 0 if hit else 1
-        metrics.compile_seconds += t1 - t0
-        global last_graph
-        last_graph = compiled
-        # the graph is below autograd (it already contains the backward), so run it without
-        with _suspended(), torch.no_grad():
-            values = compiled(*self.inputs)
+        try:
+            # passes may run operators (constant folding): they must run for real, not be recorded
+            with _suspended(), torch.no_grad():
+                compiled = compile_graph(gm, self.inputs, "lazy", cfg, None)
+            t1 = time.perf_counter()
+            hit = stats["cache_hits"] - hits
+            metrics.cache_hits += hit
+            metrics.graphs_built += 0 if hit else 1
+            metrics.compile_seconds += t1 - t0
+            global last_graph
+            last_graph = compiled
+            # the graph is below autograd (it already contains the backward), so run it without
+            with _suspended(), torch.no_grad():
+                values = compiled(*self.inputs)
+        except BaseException:
+            self._reset()  # drop the failed graph, so the next sync does not fail on it again
+            raise
         metrics.execute_seconds += time.perf_counter() - t1
         metrics.graphs_executed += 1
         for (_, t), v in zip(live, values):

@@ -1,0 +1,429 @@
+"""Chapter 4: lazy tensors - record operators, run them at a sync point, compile once per structure.
+
+Three exercises:
+
+* ``ch4.count_graphs`` - predict how many graphs lazy mode executes for each of a few snippets
+  (:data:`SNIPPETS`), measured with ``npu_lab.lazy.metrics``;
+* ``ch4.remove_sync`` - rewrite a gradient-clipping training step with two hidden sync points
+  (:func:`clipped_step_with_syncs`) so that each step is one graph, with the same numbers;
+* ``ch4.reuse_cache`` - rewrite an SGD step (:func:`sgd_step`) whose learning rate changes every
+  step and whose batches have different sizes, so that the loop compiles exactly once.
+
+The given code, the data loader and the loop the checks run (:func:`lazy_loop`) live here, so that
+the notebook shows and runs exactly what the checks measure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .. import compiler, lazy, models
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.tester import Tester, short
+
+chapter("ch4", "Lazy tensors: record now, run at a sync point", [
+    "In lazy mode an npu operator is recorded as a graph node instead of run; it returns a LazyTensor "
+    "that knows its shape and dtype but holds no data",
+    "The graph runs at a sync point: mark_step, .item(), .cpu(), printing, a Python if on a tensor, "
+    "an operator whose output shape depends on the data",
+    "Shapes, dtypes and views need no sync: they are known while recording",
+    "Every lazy tensor still alive at a sync point becomes an output of the graph",
+    "Compiled graphs are cached by structure and input shapes: a training loop compiles at step 1 "
+    "and reuses the graph afterwards",
+    "An early sync splits a step into more graphs: more compiles, device-to-host copies, lost fusion",
+    "A Python number that changes every step, or a changing shape, is baked into the graph and forces "
+    "a new compile: pass numbers as tensors, pad batches to one shape",
+    "PyTorch/XLA works the same way: mark_step, an IR graph hashed into a compile cache, a metrics report",
+])
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring lazy mode (shared with the notebooks)
+# ---------------------------------------------------------------------------------------------
+
+def _counters() -> tuple[int, int, Counter]:
+    m = lazy.metrics
+    return m.graphs_executed, m.graphs_built, Counter(m.sync_points)
+
+
+def _since(before: tuple[int, int, Counter]) -> tuple[int, int, dict[str, int]]:
+    executed, built, syncs = _counters()
+    diff = {k: v - before[2].get(k, 0) for k, v in syncs.items() if v - before[2].get(k, 0)}
+    return executed - before[0], built - before[1], dict(sorted(diff.items()))
+
+
+@dataclass
+class LoopReport:
+    """What :func:`lazy_loop` measured, one entry per step.
+
+    Attributes:
+        losses: the loss of each step (read after its ``mark_step``).
+        graphs: graphs executed during each step (its ``mark_step`` included).
+        built: graphs compiled during each step (the others came from the compile cache).
+        syncs: the sync points of each step and their reasons.
+        params: the model's parameters after the last step (on the CPU).
+    """
+
+    losses: list[float] = field(default_factory=list)
+    graphs: list[int] = field(default_factory=list)
+    built: list[int] = field(default_factory=list)
+    syncs: list[dict[str, int]] = field(default_factory=list)
+    params: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def sync_points(self) -> dict[str, int]:
+        """Sync reasons over the whole loop."""
+        total: Counter = Counter()
+        for s in self.syncs:
+            total.update(s)
+        return dict(sorted(total.items()))
+
+    def summary(self) -> str:
+        lines = []
+        for i, (loss, g, b, s) in enumerate(zip(self.losses, self.graphs, self.built, self.syncs)):
+            reasons = ", ".join(f"{k} x{v}" for k, v in s.items()) or "none"
+            lines.append(f"step {i + 1}: loss {loss:.4f}  graphs executed {g}, compiled {b}  syncs: {reasons}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+
+def _as_float(loss: Any) -> float:
+    if isinstance(loss, torch.Tensor):
+        return float(loss.item())
+    if isinstance(loss, (int, float)):
+        return float(loss)
+    raise TypeError(f"the step must return the loss (a tensor), got {type(loss).__name__}")
+
+
+def lazy_loop(step: Callable[..., Any], model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+              lrs: Sequence[float], fresh_cache: bool = True, **kwargs: Any) -> LoopReport:
+    """Run ``step(model, x, y, lr, **kwargs)`` once per batch inside ``npu_lab.lazy.mode()``.
+
+    After each call the loop calls ``npu_lab.lazy.mark_step()`` and then reads the returned loss
+    with ``.item()`` (after the step's graph ran, so that read needs no graph of its own). With
+    ``fresh_cache`` (the default) the NPU compiler's cache is emptied first, so ``built`` counts
+    every compile of this loop. This is the loop the checks of ``ch4.remove_sync`` and
+    ``ch4.reuse_cache`` run.
+    """
+    if fresh_cache:
+        compiler.reset()
+    report = LoopReport()
+    with lazy.mode():
+        for (x, y), lr in zip(batches, lrs):
+            before = _counters()
+            loss = step(model, x, y, lr, **kwargs)
+            lazy.mark_step()
+            report.losses.append(_as_float(loss))
+            graphs, built, syncs = _since(before)
+            report.graphs.append(graphs)
+            report.built.append(built)
+            report.syncs.append(syncs)
+    report.params = [p.detach().cpu().clone() for p in model.parameters()]
+    return report
+
+
+def eager_loop(step: Callable[..., Any], model: nn.Module, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+               lrs: Sequence[float], **kwargs: Any) -> tuple[list[float], list[torch.Tensor]]:
+    """The same loop without lazy mode: (losses, parameters after the last step on the CPU)."""
+    losses = [_as_float(step(model, x, y, lr, **kwargs)) for (x, y), lr in zip(batches, lrs)]
+    return losses, [p.detach().cpu().clone() for p in model.parameters()]
+
+
+# ---------------------------------------------------------------------------------------------
+# ch4.count_graphs
+# ---------------------------------------------------------------------------------------------
+
+def chain(x):
+    return ((x * 2).relu() + 1).sigmoid()
+
+
+def item_in_the_middle(x):
+    s = x.sum().item()
+    return x * s
+
+
+def python_if(x):
+    y = x * 2
+    if y.mean() > 0:
+        y = y.relu()
+    return y + 1
+
+
+def shapes_only(x):
+    y = x.exp()
+    rows, cols = y.shape
+    return y / (rows * cols) + len(y)
+
+
+def format_then_mark_step(x):
+    y = x.exp()
+    text = f"{y}"  # noqa: F841 - formatting is the point
+    z = y + 1
+    lazy.mark_step()
+    return z * 2
+
+
+def boolean_mask(x):
+    y = x * 2
+    return y[y > 0].sum()
+
+
+def where_instead_of_if(x):
+    y = x * 2
+    return torch.where(y.mean() > 0, y.relu(), y) + 1
+
+
+def loop_with_mark_step(x):
+    for _ in range(3):
+        x = x * 2
+        lazy.mark_step()
+    return x
+
+
+def round_trip_through_cpu(x):
+    y = (x + 1).cpu()
+    return y.to("npu") * 2
+
+
+#: name -> snippet; each runs as ``with npu_lab.lazy.mode(): out = snippet(x)`` on an npu x of (4, 4).
+SNIPPETS: dict[str, Callable[[torch.Tensor], Any]] = {f.__name__: f for f in (
+    chain, item_in_the_middle, python_if, shapes_only, format_then_mark_step,
+    boolean_mask, where_instead_of_if, loop_with_mark_step, round_trip_through_cpu)}
+HIDDEN_SNIPPETS = {"boolean_mask", "where_instead_of_if", "loop_with_mark_step", "round_trip_through_cpu"}
+
+
+def measure_snippet(name: str) -> tuple[int, dict[str, int]]:
+    """(graphs executed, sync reasons) when ``SNIPPETS[name]`` runs in lazy mode, leaving the mode included."""
+    x = randn(4, 4, seed=4).to("npu")
+    before = _counters()
+    with lazy.mode():
+        out = SNIPPETS[name](x)  # noqa: F841 - kept alive until the mode ends, like a result you use
+    graphs, _, syncs = _since(before)
+    return graphs, syncs
+
+
+_SNIPPET_HINTS = {
+    "chain": "nothing reads a value inside the block: everything runs in one graph when the mode ends",
+    "item_in_the_middle": ".item() needs the sum now (one graph); x * s is recorded after it and runs at the end",
+    "python_if": "`if tensor:` calls bool(), which needs the value (an item() sync); the rest runs at the end",
+    "shapes_only": "shapes (and len) are known while recording, from the fake tensors: no sync",
+    "format_then_mark_step": "formatting a lazy tensor prints its values (a sync), mark_step is another, leaving "
+                             "the mode a third",
+    "boolean_mask": "y[y > 0] has a size that depends on the data: the graph must run before it",
+    "where_instead_of_if": "torch.where keeps the decision on the device: no sync",
+    "loop_with_mark_step": "each mark_step runs what was recorded since the last one; nothing is left at the end",
+    "round_trip_through_cpu": ".cpu() is a sync; the CPU tensor then enters the next graph as an input",
+}
+
+
+@exercise("ch4.count_graphs", "How many graphs does lazy mode run?", names=["graphs"], timeout=60)
+def _count_graphs(t: Tester, graphs) -> None:
+    if not isinstance(graphs, dict):
+        t.expect("graphs is a dict: snippet name -> number of graphs executed", False, expected="dict",
+                 got=short(graphs), hint="write graphs = {'chain': ..., 'item_in_the_middle': ..., ...}")
+        return
+    for name in SNIPPETS:
+        hidden = name in HIDDEN_SNIPPETS
+        executed, syncs = measure_snippet(name)
+        answer = graphs.get(name)
+        if not isinstance(answer, int) or isinstance(answer, bool):
+            t.expect(f"graphs[{name!r}]", False, hidden=hidden, expected="an int",
+                     got="missing" if name not in graphs else short(answer),
+                     hint=f"answer {name!r} with the number of graphs executed (an int)")
+            continue
+        reasons = ", ".join(f"{k} x{v}" for k, v in syncs.items())
+        t.expect(f"graphs[{name!r}]", answer == executed, hidden=hidden,
+                 expected=f"{executed} (sync points: {reasons})", got=repr(answer), hint=_SNIPPET_HINTS[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# ch4.remove_sync
+# ---------------------------------------------------------------------------------------------
+
+#: Where the given step logs its losses (as a training dashboard would read them).
+LOSS_LOG: deque = deque(maxlen=1000)
+
+
+def clipped_step_with_syncs(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float,
+                            max_norm: float) -> torch.Tensor:
+    """One SGD step with gradient-norm clipping. It works, and it hides two sync points."""
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    LOSS_LOG.append(loss.item())  # log the loss
+    loss.backward()
+    grads = [p.grad for p in model.parameters()]
+    norm = torch.stack([(g * g).sum() for g in grads]).sum().sqrt()
+    if norm > max_norm:  # clip: scale all gradients so that their norm is max_norm
+        for g in grads:
+            g.mul_(max_norm / norm)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.sub_(lr * p.grad)
+    return loss
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return models.mlp()
+
+
+def _norm_tanh() -> nn.Module:
+    torch.manual_seed(2)
+    return nn.Sequential(nn.Linear(10, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 5))
+
+
+def clip_batches(steps: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed npu batches of ``ch4.remove_sync`` (8 rows of 10 features, 5 classes; one seed per step)."""
+    return [models.example_batch(_mlp(), 8, "npu", seed=i) for i in range(steps)]
+
+
+CLIP_LR = 0.5
+#: (description, model factory, max_norm, steps, hidden)
+CLIP_CASES = [
+    ("models.mlp(), max_norm=0.25: every step clips", _mlp, 0.25, 4, False),
+    ("models.mlp(), max_norm=10: no step clips", _mlp, 10.0, 3, False),
+    ("models.mlp(), max_norm=0.7: some steps clip, some do not", _mlp, 0.7, 6, True),
+    ("Linear-LayerNorm-Tanh-Linear, max_norm=1.2: some steps clip", _norm_tanh, 1.2, 6, True),
+]
+
+
+def _params_close(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
+    return len(got) == len(want) and all(
+        g.shape == w.shape and torch.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, want))
+
+
+def _losses_close(got: list[float], want: list[float]) -> bool:
+    return len(got) == len(want) and all(abs(a - b) <= 1e-5 + 1e-4 * abs(b) for a, b in zip(got, want))
+
+
+def _fmt(values: list[float]) -> str:
+    return "[" + ", ".join(f"{v:.5f}" for v in values) + "]"
+
+
+@exercise("ch4.remove_sync", "One graph per step: remove the hidden sync points", names=["clipped_step"],
+          timeout=120)
+def _remove_sync(t: Tester, clipped_step) -> None:
+    for desc, make, max_norm, steps, hidden in CLIP_CASES:
+        batches, lrs = clip_batches(steps), [CLIP_LR] * steps
+        want_losses, want_params = eager_loop(clipped_step_with_syncs, make().to("npu"), batches, lrs,
+                                              max_norm=max_norm)
+        outcome = t.call(lambda s, m=make, b=batches, lr=lrs, n=max_norm: lazy_loop(s, m().to("npu"), b, lr,
+                                                                                   max_norm=n), clipped_step)
+        if not outcome.ok:
+            t.error(f"{desc}: lazy_loop(clipped_step, ...)", outcome, hidden=hidden,
+                    hint="clipped_step(model, x, y, lr, max_norm) runs inside npu_lab.lazy.mode() and returns the "
+                         "loss tensor; note that npu has no kernel for torch.norm / linalg.vector_norm")
+            continue
+        report: LoopReport = outcome.value
+        one = all(g == 1 for g in report.graphs) and report.sync_points == {"mark_step": steps}
+        t.expect(f"{desc}: one graph per step, and mark_step is the only sync point", one, hidden=hidden,
+                 expected=f"graphs per step {[1] * steps}, syncs {{'mark_step': {steps}}}",
+                 got=f"graphs per step {report.graphs}, syncs {report.sync_points}",
+                 hint="an 'item()' sync comes from .item() (logging) or from a Python `if` on a tensor; return the "
+                      "loss tensor instead of logging it, and compute the clipping factor on the device "
+                      "(torch.clamp / torch.where) instead of deciding in Python")
+        t.expect(f"{desc}: the same losses as the given step", _losses_close(report.losses, want_losses),
+                 hidden=hidden, expected=_fmt(want_losses), got=_fmt(report.losses),
+                 hint="the loss is the cross-entropy before the update; return it from the step")
+        t.expect(f"{desc}: the same parameters after {steps} steps", _params_close(report.params, want_params),
+                 hidden=hidden, expected="allclose to the given step's parameters",
+                 got="same" if _params_close(report.params, want_params) else "different",
+                 hint="scale the gradients by max_norm / norm only when norm > max_norm (otherwise by 1), then "
+                      "p -= lr * p.grad")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch4.reuse_cache
+# ---------------------------------------------------------------------------------------------
+
+#: The data loader below never yields more rows than this.
+BATCH = 8
+
+
+def loader(sizes: Sequence[int], features: int = 10, classes: int = 5,
+           seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """CPU batches ``(x, y)`` with ``sizes[i]`` rows each (at most :data:`BATCH`), like a DataLoader's.
+
+    ``x`` is float32 of ``(rows, features)``; ``y`` holds class indices below ``classes``.
+    """
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for b in sizes:
+        if not 1 <= b <= BATCH:
+            raise ValueError(f"batch sizes are between 1 and {BATCH}, got {b}")
+        out.append((torch.randn(b, features, generator=g), torch.randint(0, classes, (b,), generator=g)))
+    return out
+
+
+def sgd_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float) -> torch.Tensor:
+    """One plain SGD step on a CPU batch: correct, and it compiles a new graph far too often."""
+    x, y = x.to("npu"), y.to("npu")
+    model.zero_grad()
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.sub_(lr * p.grad)
+    return loss
+
+
+def _tanh_mlp() -> nn.Module:
+    torch.manual_seed(3)
+    return nn.Sequential(nn.Linear(10, 24), nn.Tanh(), nn.Linear(24, 5))
+
+
+#: (description, model factory, batch sizes, learning rates, hidden)
+CACHE_CASES = [
+    ("learning rate 0.1 * 0.8**step, full batches of 8", _mlp, [8] * 5, [0.1 * 0.8 ** i for i in range(5)], False),
+    ("learning rate 0.1, batches of 8, 8, 5, 8, 3 rows", _mlp, [8, 8, 5, 8, 3], [0.1] * 5, False),
+    ("warm-up learning rate, batches of 8, 7, 8, 1, 4, 8 rows (Linear-Tanh-Linear)", _tanh_mlp,
+     [8, 7, 8, 1, 4, 8], [0.05 * (i + 1) for i in range(6)], True),
+    ("learning rate 0.3 / (1 + step), batches of 6, 2, 8, 2, 5 rows", _mlp, [6, 2, 8, 2, 5],
+     [0.3 / (1 + i) for i in range(5)], True),
+]
+
+
+@exercise("ch4.reuse_cache", "Compile once: keep changing numbers and shapes out of the graph",
+          names=["cached_sgd_step"], timeout=120)
+def _reuse_cache(t: Tester, cached_sgd_step) -> None:
+    for i, (desc, make, sizes, lrs, hidden) in enumerate(CACHE_CASES):
+        batches = loader(sizes, seed=20 + i)
+        want_losses, want_params = eager_loop(sgd_step, make().to("npu"), batches, lrs)
+        outcome = t.call(lambda s, m=make, b=batches, lr=lrs: lazy_loop(s, m().to("npu"), b, lr), cached_sgd_step)
+        if not outcome.ok:
+            t.error(f"{desc}: lazy_loop(cached_sgd_step, ...)", outcome, hidden=hidden,
+                    hint="cached_sgd_step(model, x, y, lr) gets CPU batches and a Python float lr, runs inside "
+                         "npu_lab.lazy.mode() and returns the loss tensor")
+            continue
+        report: LoopReport = outcome.value
+        steps = len(sizes)
+        t.expect(f"{desc}: one graph per step, and mark_step is the only sync point",
+                 report.graphs == [1] * steps and report.sync_points == {"mark_step": steps}, hidden=hidden,
+                 expected=f"graphs per step {[1] * steps}, syncs {{'mark_step': {steps}}}",
+                 got=f"graphs per step {report.graphs}, syncs {report.sync_points}",
+                 hint="do not read values in the step (.item(), print, a Python if on a tensor)")
+        t.expect(f"{desc}: compiled at step 1 only, every later step is a cache hit",
+                 report.built == [1] + [0] * (steps - 1), hidden=hidden,
+                 expected=f"graphs compiled per step {[1] + [0] * (steps - 1)}",
+                 got=f"graphs compiled per step {report.built}",
+                 hint="a Python number in an operator (lr * grad) is a constant of the graph: pass it as a tensor "
+                      "(torch.tensor(lr)) so it becomes an input; a batch with fewer rows is a new input shape: pad "
+                      "x and y to BATCH rows on the CPU and mask the padded rows out of the loss (with a mask "
+                      "tensor, not a Python count)")
+        t.expect(f"{desc}: the same losses as sgd_step", _losses_close(report.losses, want_losses), hidden=hidden,
+                 expected=_fmt(want_losses), got=_fmt(report.losses),
+                 hint="the loss is the mean cross-entropy over the real rows only: sum(ce * mask) / mask.sum()")
+        t.expect(f"{desc}: the same parameters after {steps} steps", _params_close(report.params, want_params),
+                 hidden=hidden, expected="allclose to sgd_step's parameters",
+                 got="same" if _params_close(report.params, want_params) else "different",
+                 hint="padded rows must not contribute to the gradients: give them weight 0 in the loss")

@@ -1,0 +1,102 @@
+"""Plausible wrong answers to the lazy-tensor exercises (chapter ``ch4``).
+
+Each is run in the namespace of the executed solution notebook, which has imported ``torch``,
+``F`` (``torch.nn.functional``), ``npu_lab``, ``lazy`` (``npu_lab.lazy``) and ``BATCH``.
+"""
+
+_CLIP_HEAD = (
+    "def clipped_step(model, x, y, lr, max_norm):\n"
+    "    model.zero_grad()\n"
+    "    loss = F.cross_entropy(model(x), y)\n"
+)
+_CLIP_NORM = (
+    "    loss.backward()\n"
+    "    grads = [p.grad for p in model.parameters()]\n"
+    "    norm = torch.stack([(g * g).sum() for g in grads]).sum().sqrt()\n"
+)
+_CLIP_UPDATE = (
+    "    with torch.no_grad():\n"
+    "        for p in model.parameters():\n"
+    "            p.sub_(lr * p.grad)\n"
+    "    return loss\n"
+)
+
+_PAD = (
+    "    rows = x.shape[0]\n"
+    "    xp = torch.zeros(BATCH, x.shape[1]); xp[:rows] = x\n"
+    "    yp = torch.zeros(BATCH, dtype=y.dtype); yp[:rows] = y\n"
+    "    mask = (torch.arange(BATCH) < rows).float()\n"
+    "    xp, yp, mask = xp.to('npu'), yp.to('npu'), mask.to('npu')\n"
+    "    model.zero_grad()\n"
+    "    ce = F.cross_entropy(model(xp), yp, reduction='none')\n"
+)
+
+WRONG: dict[str, list[str]] = {
+    "ch4.count_graphs": [
+        # counts the sync points that read a value, but not the graph run when the mode ends
+        "graphs = {'chain': 0, 'item_in_the_middle': 1, 'python_if': 1, 'shapes_only': 0,"
+        " 'format_then_mark_step': 2, 'boolean_mask': 1, 'where_instead_of_if': 0, 'loop_with_mark_step': 3,"
+        " 'round_trip_through_cpu': 1}",
+        # thinks reading a shape is a sync, and that mark_step and the end of the mode make one graph
+        "graphs = {'chain': 1, 'item_in_the_middle': 2, 'python_if': 2, 'shapes_only': 2,"
+        " 'format_then_mark_step': 2, 'boolean_mask': 2, 'where_instead_of_if': 1, 'loop_with_mark_step': 3,"
+        " 'round_trip_through_cpu': 2}",
+        # right for the shown ones, but a Python-side torch.where and a data-dependent shape are misjudged
+        "graphs = {'chain': 1, 'item_in_the_middle': 2, 'python_if': 2, 'shapes_only': 1,"
+        " 'format_then_mark_step': 3, 'boolean_mask': 1, 'where_instead_of_if': 2, 'loop_with_mark_step': 3,"
+        " 'round_trip_through_cpu': 2}",
+        # everything is one graph per block
+        "graphs = {name: 1 for name in ('chain', 'item_in_the_middle', 'python_if', 'shapes_only',"
+        " 'format_then_mark_step', 'boolean_mask', 'where_instead_of_if', 'loop_with_mark_step',"
+        " 'round_trip_through_cpu')}",
+    ],
+    "ch4.remove_sync": [
+        # the `if` is gone, but the step still logs with .item()
+        _CLIP_HEAD + "    print_value = loss.item()\n" + _CLIP_NORM
+        + "    scale = torch.clamp(max_norm / norm, max=1.0)\n"
+        "    for g in grads:\n        g.mul_(scale)\n" + _CLIP_UPDATE,
+        # the logging is gone, but the clipping still decides in Python
+        _CLIP_HEAD + _CLIP_NORM
+        + "    if norm > max_norm:\n        for g in grads:\n            g.mul_(max_norm / norm)\n" + _CLIP_UPDATE,
+        # no sync points left - because the clipping was dropped
+        _CLIP_HEAD + "    loss.backward()\n" + _CLIP_UPDATE,
+        # always scales to max_norm, also when the norm is already smaller (it grows the gradients)
+        _CLIP_HEAD + _CLIP_NORM + "    for g in grads:\n        g.mul_(max_norm / norm)\n" + _CLIP_UPDATE,
+        # returns the loss as a Python number: .item() inside the step is a sync
+        _CLIP_HEAD + _CLIP_NORM
+        + "    scale = torch.clamp(max_norm / norm, max=1.0)\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad * scale)\n"
+        "    return loss.item()\n",
+    ],
+    "ch4.reuse_cache": [
+        # the learning rate is a tensor now, but batches with fewer rows are new shapes
+        "def cached_sgd_step(model, x, y, lr):\n"
+        "    x, y, lr = x.to('npu'), y.to('npu'), torch.tensor(lr)\n"
+        "    model.zero_grad()\n"
+        "    loss = F.cross_entropy(model(x), y)\n"
+        "    loss.backward()\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
+        "    return loss\n",
+        # padded and masked, but the learning rate is still a Python float baked into the graph
+        "def cached_sgd_step(model, x, y, lr):\n" + _PAD
+        + "    loss = (ce * mask).sum() / mask.sum()\n    loss.backward()\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
+        "    return loss\n",
+        # padded, but the mean runs over the padding rows too
+        "def cached_sgd_step(model, x, y, lr):\n" + _PAD
+        + "    loss = ce.mean()\n    loss.backward()\n    lr = torch.tensor(lr)\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
+        "    return loss\n",
+        # masked, but divided by the Python row count: a number that changes with the batch
+        "def cached_sgd_step(model, x, y, lr):\n" + _PAD
+        + "    loss = (ce * mask).sum() / rows\n    loss.backward()\n    lr = torch.tensor(lr)\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
+        "    return loss\n",
+        # the learning rate made on the device with torch.full: its value is still an argument of the graph
+        "def cached_sgd_step(model, x, y, lr):\n" + _PAD
+        + "    loss = (ce * mask).sum() / mask.sum()\n    loss.backward()\n"
+        "    lr = torch.full((), lr, device='npu')\n"
+        "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
+        "    return loss\n",
+    ],
+}
