@@ -182,3 +182,15 @@ def keep_dynamo_out_of_the_runtime() -> None:
         _skip_runtime_in_dynamo(module)
     elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _AfterImport("torch._dynamo.trace_rules", _skip_runtime_in_dynamo))
+
+
+def real_tensors() -> Any:
+    """A context in which no fake-tensor mode is active, so operators compute real values (torch 2.13).
+
+    A backend compiling a graph with symbolic sizes is called while AOTAutograd's
+    ``FakeTensorMode`` is still active; work the compiler does at compile time
+    (constant folding) must leave it, or its results are fake tensors.
+    """
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()

@@ -392,3 +392,18 @@ def test_npu_backend_goes_dynamic_after_one_recompile():
         torch.testing.assert_close(fn(a, w).cpu(), f(a.cpu(), w.cpu()), rtol=1e-5, atol=1e-5)
     assert len(calls) == 2  # the first new size recompiles with a dynamic batch dimension; later sizes reuse it
     torch._dynamo.reset()
+
+
+def test_constant_folding_with_a_dynamic_python_int():
+    """After an int argument turns dynamic (a SymInt input), folded constants are real tensors, not fake ones."""
+    def f(x, step):
+        return torch.tanh(x) * (0.1 / (1 + step))
+
+    x = torch.randn(4, 3, device="npu")
+    compiled = torch.compile(f, backend="npu")
+    for step in (2, 3, 7):  # the second value makes `step` a SymInt graph input
+        out = compiled(x, step)
+        torch.testing.assert_close(out.cpu(), f(x.cpu(), step))
+    folded = [v for gm in (g.snapshots[-1].graph.owning_module for g in compiler.last_compile().graphs)
+              if gm is not None for v in gm.buffers()]
+    assert not any(isinstance(v, torch._subclasses.FakeTensor) for v in folded)

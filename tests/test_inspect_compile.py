@@ -39,6 +39,12 @@ def test_guard_check_and_recompile_demo():
                                   (torch.randn(4, device="npu", dtype=torch.float64),))
     assert dtype.recompiled and "dtype" in dtype.checks[0].failed_guard.lower()
 
+    def h(x, n):
+        return x * n
+
+    value = dynamo.recompile_demo(h, (torch.randn(4, device="npu"), 2), (torch.randn(4, device="npu"), 3))
+    assert value.checks[0].failed_guard == "L['n'] == 2"  # no trailing source-line comment
+
 
 def test_aot_partitions_and_saved_tensors():
     def f(x, w):
@@ -69,3 +75,16 @@ def test_three_irs_side_by_side():
     counts = irs.counts()
     assert counts["aten"] >= counts["torchscript"] > 0
     assert "TorchScript IR" in irs._repr_html_()
+
+
+def test_shape_guards_are_grouped_apart_from_global_state():
+    def h(x):
+        return x.sin()
+
+    x = torch.randn(4, 8, device="npu")
+    torch._dynamo.mark_dynamic(x, 0)
+    groups = dynamo.explain(h, x).guard_groups()
+    shapes = [g.code for g in groups["symbolic shapes"]]
+    assert "2 <= L['x'].size()[0]" in shapes  # 0/1 specialization, a guard on x's size
+    assert not any("L[" in g.code for g in groups["global state"])
+    assert "size=[None, 8]" in next(g.code for g in groups["L['x']"] if g.kind == "TENSOR_MATCH")

@@ -40,7 +40,7 @@ _MANAGER = re.compile(r"^[|\s]*\+- GuardManager: source=(.*?), accessed_by")
 class Guard:
     kind: str  # TENSOR_MATCH, EQUALS_MATCH, TYPE_MATCH, GLOBAL_STATE, ...
     code: str
-    source: str  # what it guards: L['x'], a global, or "global state"
+    source: str  # what it guards: L['x'], G['name'], "symbolic shapes" (size relations) or "global state"
 
 
 @dataclass
@@ -72,8 +72,12 @@ def parse_guards(text: str) -> list[Guard]:
         if g and g.group(1) not in ("RootGuardManager",):
             while stack and stack[-1][0] >= depth:
                 stack.pop()
-            source = stack[-1][1] if stack else "global state"
-            guards.append(Guard(g.group(1), g.group(2).strip(), source))
+            code = g.group(2).strip()
+            if stack:
+                source = stack[-1][1]
+            else:  # the root's own guards; those naming a local or global are the shape env's size relations
+                source = "symbolic shapes" if re.search(r"\b[LG]\[", code) else "global state"
+            guards.append(Guard(g.group(1), code, source))
     return guards
 
 
@@ -174,7 +178,8 @@ def check_guards(fn, *args, **kwargs) -> list[GuardCheck]:
     results = []
     for i, entry in enumerate(_debug_get_cache_entry_list(fn.__code__)):
         info = entry.guard_manager.check_verbose(f_locals)
-        failed = "; ".join(info.verbose_code_parts) if not info.result else ""
+        # a part ends in "  # <source line>  # <file>:<line>" comments: keep the guard's own text
+        failed = "; ".join(p.split("  #")[0].rstrip() for p in info.verbose_code_parts) if not info.result else ""
         results.append(GuardCheck(i, bool(info.result), failed))
     return results
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 import torch.fx
 
+from ..._torch_private import real_tensors
+
 MAX_ELEMENTS = 1 << 20
 _NEVER = ("empty", "rand", "randn", "randint", "randperm", "bernoulli", "dropout", "normal", "uniform")
 
@@ -45,7 +47,8 @@ def constant_folding(gm: torch.fx.GraphModule) -> list[str]:
             continue
         args = torch.fx.node.map_arg(node.args, lambda n: values[n])
         kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: values[n])
-        result = node.target(*args, **kwargs)
+        with real_tensors():  # the backend may be called with AOTAutograd's fake mode still active
+            result = node.target(*args, **kwargs)
         if not isinstance(result, torch.Tensor) or result.numel() > MAX_ELEMENTS:
             continue
         name = f"_folded_{counter}"

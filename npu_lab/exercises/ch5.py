@@ -1,0 +1,427 @@
+"""Chapter 5: TorchDynamo - read guards, remove graph breaks, compile once for every size.
+
+Three exercises:
+
+* ``ch5.predict_recompiles`` - read the guards of a compiled function and predict which new
+  inputs make Dynamo recompile (checked against what a counting backend measures);
+* ``ch5.remove_graph_break`` - rewrite :func:`gated_norm` (``.item()``, a data-dependent ``if``
+  and a ``print``) so that Dynamo captures it as one graph (``fullgraph=True``), with the same values;
+* ``ch5.compile_once`` - run a function on a stream of requests (changing batch sizes, changing
+  Python numbers) so that Dynamo compiles it exactly once.
+
+The functions the exercises use live here, so that the notebook shows exactly the code the
+checks measure: :func:`scale_rows` and :func:`softmax_rows` (guards to read), :func:`gated_norm`
+(graph breaks to remove), :func:`step_fn` and :func:`sharpen` (recompiles to avoid). Helpers:
+:func:`read_guards` (the guards of one compiled entry) and :func:`tensor_guard` (a
+``TENSOR_MATCH`` guard taken apart).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.tester import Tester
+from ..inspect.dynamo import Guard, parse_guards
+
+chapter("ch5", "TorchDynamo: bytecode capture, guards and graph breaks", [
+    "Through PEP 523 frame evaluation Dynamo sees each Python frame before it runs",
+    "Dynamo runs a frame's bytecode symbolically and records the tensor operations into an FX graph",
+    "Dynamo writes new bytecode that calls the compiled graph and does the rest in plain Python",
+    "Guards check the inputs (type, value, tensor dtype/device/shape/stride) and global state before a "
+    "cached graph is reused",
+    "A failing guard makes Dynamo recompile; a second size makes that dimension dynamic (automatic dynamic)",
+    "mark_dynamic makes a dimension symbolic from the first call; sizes 0 and 1 stay specialized",
+    "A graph break (.item(), print, an if on a tensor's value) splits the function into several graphs",
+    "torch._dynamo.explain and fullgraph=True find graph breaks; tensor operations such as torch.where remove them",
+])
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with the notebooks
+# ---------------------------------------------------------------------------------------------
+
+def read_guards(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Guard]:
+    """The guards Dynamo attaches to ``fn`` compiled on ``args`` (its first compiled entry).
+
+    Resets Dynamo, compiles ``fn`` with a backend that runs the graph as it is, calls it once,
+    and reads the entry's guard manager (the object Dynamo evaluates on every later call).
+    Each :class:`~npu_lab.inspect.dynamo.Guard` has ``kind`` (``TENSOR_MATCH``, ``EQUALS_MATCH``...),
+    ``code`` (a Python expression over ``L``, the frame's local variables) and ``source`` (what it
+    guards: ``L['x']``, ``"symbolic shapes"`` for relations between sizes, or ``"global state"``).
+    """
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend="eager")(*args, **kwargs)
+        entries = _debug_get_cache_entry_list(fn.__code__)
+        return parse_guards(str(entries[0].guard_manager)) if entries else []
+    finally:
+        torch._dynamo.reset()
+
+
+@dataclass
+class TensorGuard:
+    """What one ``TENSOR_MATCH`` guard requires of a tensor (``None`` in a size or stride: any value)."""
+
+    source: str  # L['x']
+    name: str  # x
+    dtype: torch.dtype
+    device: str  # "npu", "cpu", ...
+    requires_grad: bool
+    size: list[int | None]
+    stride: list[int | None]
+
+
+_CHECK_TENSOR = re.compile(
+    r"check_tensor\((?P<source>.+?), \w+, DispatchKeySet\((?P<keys>[^)]*)\), torch\.(?P<dtype>\w+), "
+    r"device=\w+, requires_grad=(?P<grad>True|False), size=\[(?P<size>[^\]]*)\], stride=\[(?P<stride>[^\]]*)\]")
+
+
+def _ints(text: str) -> list[int | None]:
+    return [None if s.strip() == "None" else int(s) for s in text.split(",") if s.strip()]
+
+
+def tensor_guard(code: str) -> TensorGuard:
+    """Take a ``TENSOR_MATCH`` guard's code (``check_tensor(L['x'], Tensor, ...)``) apart.
+
+    >>> g = tensor_guard("check_tensor(L['x'], Tensor, DispatchKeySet(CPU, BackendSelect), torch.float32, "
+    ...                  "device=None, requires_grad=False, size=[None, 8], stride=[8, 1])")
+    >>> g.name, g.dtype, g.device, g.size
+    ('x', torch.float32, 'cpu', [None, 8])
+    """
+    m = _CHECK_TENSOR.search(code)
+    if m is None:
+        raise ValueError(f"not a TENSOR_MATCH guard: {code[:120]}")
+    backend = m.group("keys").split(",")[0].strip()
+    device = torch._C._get_privateuse1_backend_name() if backend == "PrivateUse1" else backend.lower()
+    name = re.fullmatch(r"L\['(\w+)'\]", m.group("source"))
+    return TensorGuard(m.group("source"), name.group(1) if name else m.group("source"),
+                       getattr(torch, m.group("dtype")), device, m.group("grad") == "True",
+                       _ints(m.group("size")), _ints(m.group("stride")))
+
+
+def scale_rows(x: torch.Tensor, n: int, mode: str) -> torch.Tensor:
+    """Scale ``x`` by ``n``, then reduce each row by ``mode`` ("sum" or "max")."""
+    y = x * n
+    if mode == "sum":
+        return y.sum(dim=1)
+    return y.amax(dim=1)
+
+
+def softmax_rows(x: torch.Tensor, t: float) -> torch.Tensor:
+    """Softmax of each row of ``x`` at temperature ``t``."""
+    return (x / t).softmax(dim=-1)
+
+
+def gated_norm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Project, normalise by the largest magnitude, then gate by the sign of the mean."""
+    h = x @ w
+    scale = h.abs().max().item()  # a Python float: the value leaves the graph
+    h = h / scale
+    if h.mean() > 0:  # Python branches on a tensor's value
+        h = torch.relu(h)
+    else:
+        h = torch.tanh(h)
+    print("gated_norm: gate applied")  # a side effect, outside any graph
+    return h
+
+
+def step_fn(x: torch.Tensor, w: torch.Tensor, step: int) -> torch.Tensor:
+    """One layer whose learning-rate-like factor decays with the step number."""
+    lr = 0.1 / (1 + step)
+    return torch.tanh(x @ w) * lr
+
+
+def sharpen(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Probabilities from ``logits`` at a temperature that changes from call to call."""
+    return torch.softmax(logits / temperature, dim=-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# ch5.predict_recompiles
+# ---------------------------------------------------------------------------------------------
+
+def _first_k(x: torch.Tensor, k: int, clip: bool, note: str) -> torch.Tensor:
+    y = x[:, :k] * 2
+    if clip:
+        y = y.clamp(-1, 1)
+    return y
+
+
+def _npu(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return randn(*shape, seed=seed, dtype=dtype, device="npu")
+
+
+def _marked(t: torch.Tensor, *dims: int) -> torch.Tensor:
+    for d in dims:
+        torch._dynamo.mark_dynamic(t, d)
+    return t
+
+
+@dataclass
+class RecompileCase:
+    """A function, the arguments of its first call, and new arguments to predict for."""
+
+    description: str
+    fn: Callable[..., Any]
+    first: Callable[[], dict[str, Any]]  # made fresh: mark_dynamic changes the tensor it marks
+    candidates: list[tuple[str, Callable[[], dict[str, Any]]]]
+    hidden: bool = False
+
+
+def recompile_cases() -> list[RecompileCase]:
+    """The cases of ``ch5.predict_recompiles`` (the first two are shown in the notebook)."""
+    return [
+        RecompileCase("scale_rows, first called on x (4, 8) float32 on npu, n=2, mode='sum'", scale_rows,
+                      lambda: {"x": _npu(4, 8), "n": 2, "mode": "sum"}, [
+                          ("new values, same shape", lambda: {"x": _npu(4, 8, seed=1), "n": 2, "mode": "sum"}),
+                          ("x of shape (6, 8)", lambda: {"x": _npu(6, 8, seed=1), "n": 2, "mode": "sum"}),
+                          ("x in float64", lambda: {"x": _npu(4, 8, seed=1, dtype=torch.float64), "n": 2,
+                                                    "mode": "sum"}),
+                          ("x that requires grad", lambda: {"x": _npu(4, 8, seed=1).requires_grad_(), "n": 2,
+                                                            "mode": "sum"}),
+                          ("x = y.t() for a (8, 4) y: same shape, other strides",
+                           lambda: {"x": _npu(8, 4, seed=1).t(), "n": 2, "mode": "sum"}),
+                          ("x = y[:4] for a (10, 8) y: a view with the same strides",
+                           lambda: {"x": _npu(10, 8, seed=1)[:4], "n": 2, "mode": "sum"}),
+                          ("x on the cpu", lambda: {"x": randn(4, 8, seed=1), "n": 2, "mode": "sum"}),
+                          ("n = 3", lambda: {"x": _npu(4, 8, seed=1), "n": 3, "mode": "sum"}),
+                          ("mode = 'max'", lambda: {"x": _npu(4, 8, seed=1), "n": 2, "mode": "max"}),
+                      ]),
+        RecompileCase("softmax_rows, first called on x (4, 16) with dim 0 marked dynamic, t=0.5", softmax_rows,
+                      lambda: {"x": _marked(_npu(4, 16), 0), "t": 0.5}, [
+                          ("x of shape (32, 16)", lambda: {"x": _npu(32, 16, seed=1), "t": 0.5}),
+                          ("x of shape (1, 16)", lambda: {"x": _npu(1, 16, seed=1), "t": 0.5}),
+                          ("x of shape (4, 32)", lambda: {"x": _npu(4, 32, seed=1), "t": 0.5}),
+                          ("t = 2.0", lambda: {"x": _npu(4, 16, seed=1), "t": 2.0}),
+                          ("x of shape (7, 16), t = 0.5", lambda: {"x": _npu(7, 16, seed=1), "t": 0.5}),
+                      ]),
+        RecompileCase("x[:, :k] * 2, clamped if clip; note unused; first x (3, 6), k=4, clip=True, note='a'",
+                      _first_k, lambda: {"x": _npu(3, 6), "k": 4, "clip": True, "note": "a"}, [
+                          ("note = 'b'", lambda: {"x": _npu(3, 6, seed=1), "k": 4, "clip": True, "note": "b"}),
+                          ("clip = False", lambda: {"x": _npu(3, 6, seed=1), "k": 4, "clip": False, "note": "a"}),
+                          ("k = 5", lambda: {"x": _npu(3, 6, seed=1), "k": 5, "clip": True, "note": "a"}),
+                          ("x of shape (5, 6)", lambda: {"x": _npu(5, 6, seed=1), "k": 4, "clip": True, "note": "a"}),
+                          ("x in float64", lambda: {"x": _npu(3, 6, seed=1, dtype=torch.float64), "k": 4,
+                                                    "clip": True, "note": "a"}),
+                          ("new values", lambda: {"x": _npu(3, 6, seed=2), "k": 4, "clip": True, "note": "a"}),
+                      ], hidden=True),
+    ]
+
+
+class CountingBackend:
+    """A ``torch.compile`` backend around another one (default ``"eager"``) that counts compiles and runs.
+
+    ``compiles``: graphs Dynamo handed over; ``runs``: calls of the compiled graphs.
+    """
+
+    def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
+        self.backend = backend
+        self.compiles = 0
+        self.runs = 0
+        self.graphs: list[torch.fx.GraphModule] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.compiles += 1
+        self.graphs.append(gm)
+        compile_fn = lookup_backend(self.backend) if isinstance(self.backend, str) else self.backend
+        compiled = compile_fn(gm, example_inputs, **kwargs)
+
+        def run(*args: Any) -> Any:
+            self.runs += 1
+            return compiled(*args)
+
+        return run
+
+
+def measure_recompiles(case: RecompileCase) -> list[bool]:
+    """For each candidate: compile ``case.fn`` afresh on the first arguments, call it on the candidate,
+    and say whether Dynamo compiled again (measured with :class:`CountingBackend`)."""
+    out = []
+    for _, make in case.candidates:
+        torch._dynamo.reset()
+        counter = CountingBackend()
+        compiled = torch.compile(case.fn, backend=counter)
+        compiled(**case.first())
+        compiled(**make())
+        out.append(counter.compiles > 1)
+    torch._dynamo.reset()
+    return out
+
+
+_MEASURED: dict[str, list[bool]] = {}
+
+
+def _measured(case: RecompileCase) -> list[bool]:
+    if case.description not in _MEASURED:
+        _MEASURED[case.description] = measure_recompiles(case)
+    return _MEASURED[case.description]
+
+
+def _predictions_ok(got: Any, expected: list[bool], names: list[str]) -> tuple[bool, str]:
+    if not isinstance(got, (list, tuple)):
+        return False, f"expected a list of booleans, got {type(got).__name__}" + (
+            " (did you forget to `return`?)" if got is None else "")
+    if len(got) != len(expected):
+        return False, f"{len(got)} answers for {len(expected)} candidates"
+    if not all(isinstance(g, bool) for g in got):
+        return False, "every answer must be True (recompiles) or False (reuses the graph)"
+    wrong = [f"{n!r} {'recompiles' if e else 'reuses the graph'}" for n, g, e in zip(names, got, expected) if g != e]
+    return (not wrong), ("wrong for: " + "; ".join(wrong)) if wrong else ""
+
+
+@exercise("ch5.predict_recompiles", "Read the guards: which new inputs make Dynamo recompile?",
+          names=["predict_recompiles"], timeout=60)
+def _predict_recompiles(t: Tester, predict_recompiles) -> None:
+    hint = ("a candidate recompiles when any guard on the arguments fails: compare a tensor with its "
+            "TENSOR_MATCH (dtype, device, requires_grad, size and stride; None matches any value) and evaluate "
+            "the other guards' code with eval(g.code, {'L': candidate}); skip the 'global state' group")
+    for case in recompile_cases():
+        guards = read_guards(case.fn, **case.first())
+        names = [n for n, _ in case.candidates]
+        expected = _measured(case)
+        candidates = [make() for _, make in case.candidates]
+        t.case(f"predict_recompiles(guards of {case.description}, {len(candidates)} candidates)",
+               predict_recompiles, guards, candidates, expected=expected, hidden=case.hidden,
+               hint=hint if not case.hidden else (
+                   "an argument nobody reads has no guard at all; a bool has its own TRUE_MATCH/FALSE_MATCH "
+                   "guard; an int used to slice is specialized like any other int"),
+               check=lambda got, e=expected, n=names: _predictions_ok(got, e, n))
+
+
+# ---------------------------------------------------------------------------------------------
+# ch5.remove_graph_break
+# ---------------------------------------------------------------------------------------------
+
+def _gated_norm_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """gated_norm without its print (same values)."""
+    h = x @ w
+    h = h / h.abs().max().item()
+    return torch.relu(h) if h.mean() > 0 else torch.tanh(h)
+
+
+def _gate_inputs() -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
+    """(description, x, w, hidden): inputs whose mean after the projection is positive, then negative."""
+    cases = []
+    for desc, (n, k, m), seed, hidden in (("x (4, 8), w (8, 8)", (4, 8, 8), 0, False),
+                                          ("x (16, 5), w (5, 3)", (16, 5, 3), 3, True)):
+        x, w = randn(n, k, seed=seed, device="npu"), randn(k, m, seed=seed + 1, device="npu")
+        if (x @ w).mean().item() < 0:
+            w = -w
+        cases.append((f"{desc}, positive mean: the relu side", x, w, hidden))
+        cases.append((f"{desc}, negative mean: the tanh side", x, -w, hidden))
+    return cases
+
+
+@exercise("ch5.remove_graph_break", "Remove the graph breaks from gated_norm", names=["gated_norm_fixed"],
+          timeout=60)
+def _remove_graph_break(t: Tester, gated_norm_fixed) -> None:
+    from ..grading.structure import graph_breaks
+
+    inputs = _gate_inputs()
+    for desc, x, w, hidden in inputs:
+        t.case(f"gated_norm_fixed({desc}) on npu, called directly", gated_norm_fixed, x, w,
+               expected=_gated_norm_reference(x, w), hidden=hidden,
+               hint="keep every step of gated_norm: divide by the largest magnitude, then relu where the mean is "
+                    "positive and tanh otherwise")
+    x, w = inputs[0][1], inputs[0][2]
+    outcome = t.call(graph_breaks, gated_norm_fixed, x, w)
+    if not outcome.ok:
+        t.error("torch._dynamo.explain(gated_norm_fixed)(x, w)", outcome,
+                hint="the function must run under Dynamo without raising")
+    else:
+        reasons = [r.strip().splitlines()[0] for r in outcome.value]
+        t.expect("torch._dynamo.explain finds no graph break", not reasons, expected="0 graph breaks",
+                 got=f"{len(reasons)}: " + "; ".join(reasons) if reasons else "0",
+                 hint=".item() turns a tensor into a Python number (keep it a tensor); an `if` on a tensor needs its "
+                      "value (compute both sides and pick with torch.where); print is a side effect (drop it)")
+    for group_hidden in (False, True):
+        group = [(d, x, w) for d, x, w, h in inputs if h == group_hidden]
+        torch._dynamo.reset()
+        counter = CountingBackend("npu")
+
+        def run_all(group=group, counter=counter):
+            compiled = torch.compile(gated_norm_fixed, backend=counter, fullgraph=True)
+            return [compiled(x, w) for _, x, w in group]
+
+        outcome = t.call(run_all)
+        torch._dynamo.reset()
+        what = " and ".join(d.split(", ")[-1] for d, _, _ in group)
+        if not outcome.ok:
+            t.error(f"torch.compile(gated_norm_fixed, backend='npu', fullgraph=True) on {what}", outcome,
+                    hidden=group_hidden,
+                    hint="fullgraph=True raises at the first graph break: remove them all")
+            continue
+        t.expect(f"fullgraph=True on npu: one graph serves both sides ({what})", counter.compiles == 1,
+                 hidden=group_hidden, expected="1 graph compiled", got=f"{counter.compiles}",
+                 hint="both branches must live in one graph (torch.where), so new data never needs a new graph")
+        want = [_gated_norm_reference(x, w) for _, x, w in group]
+        t.case(f"the compiled function's values on npu ({what})", lambda v: v, outcome.value, expected=want,
+               hidden=group_hidden, hint="the compiled graph must compute what gated_norm computes")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch5.compile_once
+# ---------------------------------------------------------------------------------------------
+
+def _shift_scale(x: torch.Tensor, bias: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
+    h = torch.relu(x * k + bias * alpha)  # x: (batch, seq, 6)
+    return h.reshape(x.shape[0], x.shape[1], 2, 3).sum(dim=(1, 3))  # the 6 is fixed by the 2 * 3
+
+
+def compile_once_cases() -> list[tuple[str, Callable[..., Any], Callable[[], list[tuple]], bool]]:
+    """(description, fn, requests factory, hidden) of ``ch5.compile_once``."""
+    w = randn(8, 4, seed=9, device="npu")
+    bias = randn(6, seed=8, device="npu")
+    return [
+        ("step_fn: batch sizes 4, 7, 16, 5, 9 and steps 0..4", step_fn,
+         lambda: [(randn(b, 8, seed=s, device="npu"), w, s) for s, b in enumerate([4, 7, 16, 5, 9])], False),
+        ("sharpen: batch sizes 3, 8, 5, 12 and temperatures 1.0, 0.5, 2.0, 0.25", sharpen,
+         lambda: [(randn(b, 10, seed=i, device="npu"), temp)
+                  for i, (b, temp) in enumerate([(3, 1.0), (8, 0.5), (5, 2.0), (12, 0.25)])], False),
+        ("relu(x * k + bias * alpha) regrouped as (batch, seq, 2, 3): batch and seq change, k and alpha change",
+         _shift_scale,
+         lambda: [(randn(b, s, 6, seed=i, device="npu"), bias, k, a)
+                  for i, (b, s, k, a) in enumerate([(2, 7, 1, 0.5), (5, 4, 2, 1.5), (3, 9, 3, -1.0),
+                                                    (6, 3, 0, 2.5)])], True),
+    ]
+
+
+@exercise("ch5.compile_once", "Compile once for every batch size and every step", names=["run_compiled_once"],
+          timeout=60)
+def _compile_once(t: Tester, run_compiled_once) -> None:
+    for desc, fn, make, hidden in compile_once_cases():
+        requests = make()
+        expected = [fn(*r) for r in requests]
+        torch._dynamo.reset()
+        backend = CountingBackend("npu")
+        outcome = t.call(run_compiled_once, fn, requests, backend)
+        torch._dynamo.reset()
+        if not outcome.ok:
+            t.error(f"run_compiled_once({desc})", outcome, hidden=hidden,
+                    hint="mark only the dimensions that change as dynamic: a dimension the function ties to a fixed "
+                         "size (x's features against w) cannot be dynamic")
+            continue
+        t.case(f"{desc}: the outputs, in order", lambda v: list(v) if isinstance(v, (list, tuple)) else v,
+               outcome.value, expected=expected, hidden=hidden,
+               hint="return [compiled(*request) for each request], with the values fn gives")
+        t.expect(f"{desc}: Dynamo compiled once", backend.compiles == 1, hidden=hidden,
+                 expected="1 graph compiled", got=f"{backend.compiles} graph(s) compiled",
+                 hint="a Python int or float is a constant in the graph (a guard on its value), and so is every "
+                      "size at first: pass numbers as 0-dim tensors and torch._dynamo.mark_dynamic the dimensions "
+                      "that change before the first call (dynamic=True still specializes the values 0 and 1)")
+        t.expect(f"{desc}: every request ran through the compiled graph", backend.runs == len(requests),
+                 hidden=hidden, expected=f"{len(requests)} runs of the compiled graph",
+                 got=f"{backend.runs}", hint="compile fn once with torch.compile(fn, backend=backend) and call the "
+                                             "compiled function for every request")
+
