@@ -7,7 +7,8 @@ where to look first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -194,3 +195,18 @@ def real_tensors() -> Any:
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     return unset_fake_temporarily()
+
+
+@contextlib.contextmanager
+def tracing_paused() -> Iterator[None]:
+    """Pause ``torch.jit.trace`` recording for a moment (torch 2.13: ``torch._C._get/_set_tracing_state``).
+
+    The device's bookkeeping (sizes for its byte counters) must read plain numbers,
+    not traced values, and must not add nodes or TracerWarnings to the user's trace.
+    """
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        yield
+    finally:
+        torch._C._set_tracing_state(state)

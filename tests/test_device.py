@@ -112,3 +112,19 @@ def test_jit_trace_on_npu_keeps_device_counters_plain_numbers():
     assert all(isinstance(v, float) for v in clock.clock(0).stream_time.values())
     assert all(isinstance(v, int) for v in npu_lab.transfer_stats().values())
     assert all(isinstance(v, int) for v in torch.npu.memory_stats().values())
+
+
+def test_jit_trace_on_npu_warns_only_about_the_users_own_code():
+    """Tracing a branch on an npu value: the one TracerWarning points at the model, none at npu_lab."""
+    import warnings
+
+    def branchy(x):
+        return torch.relu(x) if x.sum() > 0 else -x
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(branchy, torch.ones(3, device="npu"), check_trace=False)
+    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    assert [w.filename for w in tracer] == [__file__], [(w.filename, str(w.message)[:60]) for w in tracer]
+    assert "aten::numel" not in str(traced.graph)
+    assert traced(-torch.ones(3, device="npu")).cpu().tolist() == [0.0, 0.0, 0.0]  # the frozen relu branch

@@ -37,9 +37,14 @@ __all__ = [
 
 
 def nbytes(t: torch.Tensor) -> int:
-    # int(): under torch.jit.trace sizes come back as traced tensors, which must not leak
-    # into the device's counters and clock.
-    return int(t.numel()) * t.element_size()
+    n = t.numel()
+    if isinstance(n, torch.Tensor):
+        # Under torch.jit.trace sizes come back as traced tensors, which must not leak into the
+        # device's counters and clock; int() of one would also raise a TracerWarning pointing
+        # here. Read the plain number with tracing paused instead.
+        with private.tracing_paused():
+            n = t.numel()
+    return int(n) * t.element_size()
 
 
 def launch(name: str, flops: float, read: int, written: int) -> None:

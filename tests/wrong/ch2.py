@@ -1,0 +1,80 @@
+"""Plausible wrong answers to the TorchScript exercises (chapter ``ch2``).
+
+Each is run in the namespace of the executed solution notebook, which has imported ``copy``,
+``Optional``, ``torch``, ``nn``, ``Screen``, ``Smoother`` and defined ``TypedSmoother`` and
+``ScreenCond`` (the solutions' helper classes).
+"""
+
+WRONG: dict[str, list[str]] = {
+    "ch2.graph_ops": [
+        # only the top level: the nodes inside prim::If / prim::Loop blocks are missed
+        "def graph_ops(module):\n    counts = {}\n    for node in module.inlined_graph.nodes():\n"
+        "        if node.kind() != 'prim::Constant':\n"
+        "            counts[node.kind()] = counts.get(node.kind(), 0) + 1\n    return counts",
+        # recursive, but on .graph: submodule calls stay prim::CallMethod instead of aten::linear...
+        "def graph_ops(module):\n    counts = {}\n    def visit(block):\n        for node in block.nodes():\n"
+        "            if node.kind() != 'prim::Constant':\n"
+        "                counts[node.kind()] = counts.get(node.kind(), 0) + 1\n"
+        "            for inner in node.blocks():\n                visit(inner)\n    visit(module.graph)\n"
+        "    return counts",
+        # recursive and inlined, but the constants are counted too
+        "def graph_ops(module):\n    counts = {}\n    def visit(block):\n        for node in block.nodes():\n"
+        "            counts[node.kind()] = counts.get(node.kind(), 0) + 1\n"
+        "            for inner in node.blocks():\n                visit(inner)\n    visit(module.inlined_graph)\n"
+        "    return counts",
+        # reads the printed IR: only the aten:: operators, no prim:: nodes
+        "import re\nfrom collections import Counter\n"
+        "def graph_ops(module):\n    return dict(Counter(re.findall(r'= (aten::\\w+)', str(module.inlined_graph))))",
+    ],
+    "ch2.fix_trace": [
+        # the bug itself: trace the whole model (one branch frozen, TracerWarning)
+        "def deploy(model, example):\n    return torch.jit.trace(model, (example,))",
+        # script the whole model: the backbone's ModuleDict indexing does not compile
+        "def deploy(model, example):\n    return torch.jit.script(model)",
+        # half the fix: the backbone traced, but then the whole model traced too
+        "def deploy(model, example):\n    model = copy.deepcopy(model)\n"
+        "    model.backbone = torch.jit.trace(model.backbone, (example,))\n"
+        "    return torch.jit.trace(model, (example,))",
+        # both sides computed and selected with torch.where: right values, but no branch left in the graph
+        "class Selected(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"
+        "        self.backbone, self.head, self.threshold = model.backbone, model.head, model.threshold\n"
+        "    def forward(self, x):\n        h = self.backbone(x)\n"
+        "        damped = h / (h.abs().sum(dim=-1, keepdim=True) + 1)\n"
+        "        h = torch.where(h.abs().mean() > self.threshold, damped, h * 2)\n        return self.head(h)\n"
+        "def deploy(model, example):\n    return torch.jit.trace(Selected(copy.deepcopy(model)), (example,))",
+        # traced with the example of the other branch as well: still one branch only
+        "def deploy(model, example):\n"
+        "    return torch.jit.trace(model, (example * 30,), check_trace=False)",
+    ],
+    "ch2.script_loop": [
+        # scripted and saved straight from npu: the archive's storages are empty on this lab
+        "def save_smoother(model, path):\n    typed = TypedSmoother(model.mix.in_features // 2).to('npu')\n"
+        "    typed.load_state_dict(model.state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
+        # traced on a CPU copy: the loop is unrolled for the example's length
+        "def save_smoother(model, path):\n    cpu = copy.deepcopy(model).cpu()\n"
+        "    example = torch.randn(3, model.mix.in_features // 2)\n"
+        "    torch.jit.save(torch.jit.trace(cpu, (example,), check_trace=False), path)",
+        # scripted on CPU, but with fresh weights (no load_state_dict)
+        "def save_smoother(model, path):\n"
+        "    torch.jit.save(torch.jit.script(TypedSmoother(model.mix.in_features // 2)), path)",
+    ],
+    "ch2.export_cond": [
+        # export the model as it is: the Python `if` on a tensor is refused
+        "def export_screen(model, example):\n    cpu = copy.deepcopy(model).cpu()\n"
+        "    return torch.export.export(cpu, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
+        # torch.cond, but the batch size is specialised to the example's
+        "def export_screen(model, example):\n    cpu = ScreenCond(copy.deepcopy(model).cpu()).eval()\n"
+        "    return torch.export.export(cpu, (example.cpu(),))",
+        # torch.cond and a dynamic batch, but exported on npu: the saved weights are not the model's
+        "def export_screen(model, example):\n    m = ScreenCond(copy.deepcopy(model)).eval()\n"
+        "    return torch.export.export(m, (example,), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
+        # torch.where: right values, but both sides are computed and there is no cond in the graph
+        "class Where(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"
+        "        self.backbone, self.head, self.threshold = model.backbone, model.head, model.threshold\n"
+        "    def forward(self, x):\n        h = self.backbone(x)\n"
+        "        damped = h / (h.abs().sum(dim=-1, keepdim=True) + 1)\n"
+        "        return self.head(torch.where(h.abs().mean() > self.threshold, damped, h * 2))\n"
+        "def export_screen(model, example):\n    cpu = Where(copy.deepcopy(model).cpu()).eval()\n"
+        "    return torch.export.export(cpu, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
+    ],
+}
