@@ -3,6 +3,7 @@
 import copy
 import io
 
+import pytest
 import torch
 
 
@@ -77,3 +78,34 @@ def test_deepcopy_of_npu_tensors_and_modules_with_buffers():
     shared = {"a": t, "b": t}
     copied = copy.deepcopy(shared)
     assert copied["a"] is copied["b"]  # the memo keeps identity
+
+
+def test_jit_save_refuses_npu_weights_and_writes_nothing(tmp_path):
+    """TorchScript's C++ serializer cannot read npu storages: a clear error instead of empty weights."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation warning
+        scripted = torch.jit.script(torch.nn.Linear(3, 2).to("npu"))
+        path = tmp_path / "m.pt"
+        with pytest.raises(RuntimeError, match=r"torch.jit.save cannot save npu tensors \(weight, bias\)"):
+            torch.jit.save(scripted, str(path))
+        assert not path.exists()
+        with pytest.raises(RuntimeError, match="cannot save npu tensors"):
+            scripted.save_to_buffer()
+        torch.jit.save(scripted.cpu(), str(path))  # the way the error suggests
+        loaded = torch.jit.load(str(path))
+    torch.testing.assert_close(loaded.weight, scripted.weight)
+
+
+def test_export_save_refuses_npu_weights(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    program = torch.export.export(copy.deepcopy(model).to("npu"), (torch.randn(1, 3, device="npu"),))
+    path = tmp_path / "m.pt2"
+    with pytest.raises(RuntimeError, match="torch.export.save cannot save npu tensors"):
+        torch.export.save(program, str(path))
+    assert not path.exists()
+    cpu_program = torch.export.export(model, (torch.randn(1, 3),))
+    torch.export.save(cpu_program, str(path))
+    torch.testing.assert_close(torch.export.load(str(path)).state_dict["weight"], model.weight)

@@ -10,6 +10,12 @@ through the deserializers registered with ``torch.serialization.register_package
 Ours copies the bytes into device memory (counted as a host-to-device copy)
 and hands back that device storage; PyTorch then builds each tensor on it
 with ``set_``, so tensors that shared a storage when saved share it again.
+
+Savers that read a storage's raw bytes in C++ (``torch.jit.save`` and
+``ScriptModule.save``, ``torch.export.save``) cannot see device memory: left
+alone they would write zeros or nothing for ``npu`` weights, without a word.
+:func:`install` puts a check in front of each that refuses ``npu`` tensors with
+a clear error (and writes nothing); move the module or program to the CPU first.
 """
 
 from __future__ import annotations
@@ -44,8 +50,55 @@ def _deserialize(obj: torch.UntypedStorage, location: str) -> torch.UntypedStora
     return dev.untyped_storage()
 
 
+def _npu_names(tensors: dict[str, object]) -> list[str]:
+    return [name for name, t in tensors.items() if isinstance(t, torch.Tensor) and t.device.type == "npu"]
+
+
+def _refuse(saver: str, names: list[str], fix: str) -> None:
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    raise RuntimeError(
+        f"{saver} cannot save npu tensors ({shown}): it reads tensor bytes directly from storage, "
+        f"and npu storages live in the simulated device memory, so it would write empty weights. "
+        f"{fix} (torch.save works for npu tensors as they are)."
+    )
+
+
+def _script_module_guard(method):
+    def save(self, *args, **kwargs):
+        names = _npu_names(self.state_dict())
+        if names:
+            _refuse("torch.jit.save", names, "Move the module to the CPU first: torch.jit.save(m.cpu(), f), "
+                    "then load with map_location and move the weights back")
+        return method(self, *args, **kwargs)
+
+    save.__name__, save.__doc__, save.__wrapped__ = method.__name__, method.__doc__, method
+    return save
+
+
+def _export_guard(export_save):
+    def save(ep, *args, **kwargs):
+        tensors = {**getattr(ep, "state_dict", {}), **getattr(ep, "constants", {})}
+        names = _npu_names(tensors)
+        if names:
+            _refuse("torch.export.save", names, "Export the model on the CPU and save that program")
+        return export_save(ep, *args, **kwargs)
+
+    save.__name__, save.__doc__, save.__wrapped__ = export_save.__name__, export_save.__doc__, export_save
+    return save
+
+
+def _guard_raw_byte_savers() -> None:
+    """Wrap the savers that would silently lose npu weights (checked on torch 2.13)."""
+    from torch.jit import RecursiveScriptModule
+
+    for name in ("save", "save_to_buffer"):  # torch.jit.save(m, f) calls one of these
+        setattr(RecursiveScriptModule, name, _script_module_guard(getattr(RecursiveScriptModule, name)))
+    torch.export.save = _export_guard(torch.export.save)
+
+
 def install() -> None:
     global _installed
     if not _installed:
         torch.serialization.register_package(9, _tag, _deserialize)
+        _guard_raw_byte_savers()
         _installed = True
