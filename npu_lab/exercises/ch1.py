@@ -1,0 +1,313 @@
+"""Chapter 1: torch.compile - what it compiles, when it recompiles, and how to avoid recompiles.
+
+Three exercises:
+
+* ``ch1.count_graphs`` - compile a function with a counting backend and report, after each call of
+  a call sequence, how many graphs Dynamo has compiled so far;
+* ``ch1.any_batch`` - compile a function so that one graph serves every batch size;
+* ``ch1.decayed_step`` - a training step whose learning rate decays with the step number recompiles
+  on every call when the step number is a Python value; keep it compiled once.
+
+Every check compiles with a backend that counts the graphs it is given and the calls of those graphs
+(:class:`RunCounter`), so it sees both "how many compiles" and "did the compiled code run".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch import nn
+
+from ..grading.inputs import randn
+from ..grading.registry import chapter, exercise
+from ..grading.structure import CompileCounter
+from ..grading.tester import Tester
+
+chapter("ch1", "torch.compile: PyTorch 2's entry point", [
+    "torch.compile wraps a function or module (or decorates one) and compiles on the first call, not before",
+    "A backend is a function from an FX graph to a callable; packages add theirs by entry point (the lab's npu)",
+    "mode is a preset of Inductor settings (list_mode_options()); other backends receive mode/options as arguments",
+    "Dynamo captures an FX graph and guards, AOTAutograd lowers it to ATen graphs, the backend compiles them",
+    "The first call pays for compiling; later calls check guards and reuse the code; Inductor caches on disk",
+    "A failed guard recompiles: a new dtype always, a new shape until that dimension becomes dynamic",
+    "dynamic=True or mark_dynamic compile one graph for every size (sizes 0 and 1 are still specialised)",
+    "Python values a function reads (globals, counters, list lengths) are guarded: keep changing values in tensors",
+    "Compiling pays for fusible work called many times, not for tiny or one-shot calls, recompiles or graph breaks",
+])
+
+
+class RunCounter(CompileCounter):
+    """A backend that counts the graphs it compiles (``frames``) and the calls of those graphs (``runs``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        super().__call__(gm, example_inputs)
+
+        def run(*args: Any) -> Any:
+            self.runs += 1
+            return gm.forward(*args)
+
+        return run
+
+
+@contextlib.contextmanager
+def _quiet_dynamo() -> Iterator[None]:
+    """Keep Dynamo's warnings (e.g. "hit config.recompile_limit") out of the check's output."""
+    logger = logging.getLogger("torch._dynamo")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+# --- functions the checks compile (each its own code object) --------------------------------------
+
+def _row_norm(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def _scale(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x * k + 1
+
+
+def _clip_if_large(x: torch.Tensor) -> torch.Tensor:
+    y = torch.tanh(x) * 4
+    if y.max() > 3:  # data-dependent branch: a graph break
+        y = y.clamp(max=3)
+    return y + 1
+
+
+def _sum_all(xs: list[torch.Tensor]) -> torch.Tensor:
+    total = xs[0]
+    for t in xs[1:]:
+        total = total + t
+    return total * 2
+
+
+def _gated(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * torch.sigmoid(x.sum(dim=-1, keepdim=True))
+
+
+def _pairwise(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > y, x - y, (y - x) * 0.5).sum(dim=-1)
+
+
+def _softmax_scores(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x * 0.5, dim=-1) + x.mean(dim=0)
+
+
+def _seeded_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3)).eval()
+
+
+# --- 1. count the graphs a call sequence compiles ----------------------------------------------------
+
+def _reference_counts(fn: Callable[..., Any], calls: Sequence[tuple], **compile_kwargs: Any) -> list[int]:
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    compiled = torch.compile(fn, backend=counter, **compile_kwargs)
+    totals = []
+    with _quiet_dynamo():
+        for args in calls:
+            compiled(*args)
+            totals.append(counter.frames)
+    torch._dynamo.reset()
+    return totals
+
+
+def _counts_ok(got: Any, expected: list[int]) -> tuple[bool, str]:
+    if not isinstance(got, (list, tuple)):
+        return False, f"expected a list of ints, got {type(got).__name__}" + (
+            " (did you forget to `return`?)" if got is None else "")
+    got = list(got)
+    if len(got) != len(expected):
+        return False, f"{len(got)} numbers for {len(expected)} calls (one running total per call)"
+    if got == expected:
+        return True, ""
+    first = next(i for i, (g, e) in enumerate(zip(got, expected)) if g != e)
+    return False, f"after call {first + 1}: {got[first]} graphs instead of {expected[first]}"
+
+
+def _tensors(*shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> list[tuple]:
+    return [(randn(*s, seed=i).to(dtype),) for i, s in enumerate(shapes)]
+
+
+@exercise("ch1.count_graphs", "Count the graphs a call sequence compiles", names=["count_graphs"], timeout=60)
+def _count_graphs(t: Tester, count_graphs) -> None:
+    f64 = torch.float64
+    mixed = [(randn(4, 8),), (randn(4, 8, seed=1),), (randn(4, 8, seed=2, dtype=f64),), (randn(6, 8),),
+             (randn(10, 8),)]
+    cases = [
+        ("row_norm on float32 (4, 8) twice, float64 (4, 8), float32 (6, 8) and (10, 8)",
+         _row_norm, mixed, {}, False,
+         "compile with a backend that counts the graphs it receives (CompileCounter), call once per entry of "
+         "`calls`, and record the count after each call"),
+        ("row_norm again, batch sizes 4, 6, 10, 4, with dynamic=False",
+         _row_norm, _tensors((4, 8), (6, 8), (10, 8), (4, 8)), {"dynamic": False}, False,
+         "pass **compile_kwargs on to torch.compile; and start from a fresh Dynamo state"),
+        ("row_norm once more, batch sizes 5, 7, 9, default settings",
+         _row_norm, _tensors((5, 8), (7, 8), (9, 8)), {}, False,
+         "call torch._dynamo.reset() first: Dynamo remembers a function's graphs and which dimensions "
+         "changed in earlier compiles, so counts depend on what ran before"),
+        ("x * k + 1 with k = 2, 3, 4 (a Python int)",
+         _scale, [(randn(3, 4), 2), (randn(3, 4), 3), (randn(3, 4), 4)], {}, False,
+         "Python numbers are guarded too: count what the backend receives"),
+        ("a function with a data-dependent `if` (a graph break), called twice",
+         _clip_if_large, _tensors((5,), (5,)), {}, True,
+         "count graphs, not calls or compiles of the function: a graph break splits it into several graphs"),
+        ("a list of 1, 2, 3 tensors, then 3 again",
+         _sum_all, [([randn(3)],), ([randn(3)] * 2,), ([randn(3)] * 3,), ([randn(3, seed=1)] * 3,)], {}, True,
+         "every list length is a different graph"),
+        ("an nn.Module on batch sizes 2, 3, 5 with dynamic=True",
+         _seeded_mlp(), _tensors((2, 6), (3, 6), (5, 6)), {"dynamic": True}, True,
+         "a module compiles like a function"),
+    ]
+    expected = [_reference_counts(fn, calls, **kwargs) for _, fn, calls, kwargs, _, _ in cases]
+    # No reset between the learner's calls: each must start from a fresh Dynamo state itself, because
+    # the row_norm cases follow each other.
+    for (desc, fn, calls, kwargs, hidden, hint), want in zip(cases, expected):
+        with _quiet_dynamo():
+            t.case(f"count_graphs({desc})", count_graphs, fn, calls, expected=want, hidden=hidden, hint=hint,
+                   check=lambda got, e=want: _counts_ok(got, e), **kwargs)
+    torch._dynamo.reset()
+
+
+# --- 2. one graph for every batch size ------------------------------------------------------------
+
+def _drive_batches(make: Callable[..., Any], fn: Any, batches: Sequence[tuple]) -> tuple[RunCounter, list]:
+    """Compile ``fn`` with the learner's ``make`` (fresh Dynamo state) and call it on every batch."""
+    torch._dynamo.reset()
+    counter = RunCounter()
+    compiled = make(fn, counter)
+    if not callable(compiled):
+        raise TypeError(f"compile_for_any_batch returned {type(compiled).__name__}, not something callable")
+    outs = [compiled(*args) for args in batches]
+    return counter, outs
+
+
+@exercise("ch1.any_batch", "One compiled graph for every batch size", names=["compile_for_any_batch"], timeout=60)
+def _any_batch(t: Tester, compile_for_any_batch) -> None:
+    cases = [
+        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (3,), (33,)], "cpu", False),
+        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,)], "cpu", False),
+        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(4,), (9,), (17,)], "npu", True),
+        ("an MLP module 6 -> 16 -> 3", _seeded_mlp(), [(5,), (32,), (7,), (2,)], "cpu", True),
+    ]
+    for desc, fn, sizes, device, hidden in cases:
+        n_inputs = 2 if fn is _pairwise else 1
+        width = {_gated: 8, _pairwise: 6, _softmax_scores: 10}.get(fn, 6)
+        batches = [tuple(randn(b, width, seed=10 * i + j, device=device) for j in range(n_inputs))
+                   for i, (b,) in enumerate(sizes)]
+        with torch.no_grad():
+            expected = [fn(*args) for args in batches]
+        label = f"{desc}, batch sizes {', '.join(str(b) for (b,) in sizes)}"
+        with _quiet_dynamo(), torch.no_grad():
+            outcome = t.call(_drive_batches, compile_for_any_batch, fn, batches)
+        torch._dynamo.reset()
+        if not outcome.ok:
+            t.error(f"compile_for_any_batch({desc}) and calls", outcome, hidden=hidden,
+                    hint="return torch.compile(fn, backend=backend, ...): a callable taking the same arguments as fn")
+            continue
+        counter, outs = outcome.value
+        t.case(f"{label}: the results equal eager", lambda o=outs: o, expected=expected, hidden=hidden, atol=1e-5,
+               hint="the compiled function must compute what fn computes, on the same device")
+        t.expect(f"{label}: exactly one graph compiled", counter.frames == 1, hidden=hidden,
+                 expected="1 graph", got=f"{counter.frames} graph(s)",
+                 hint=("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
+                       "by default Dynamo compiles static shapes first and makes a dimension dynamic only when a "
+                       "second size arrives (2 graphs); ask for dynamic shapes from the first call: "
+                       "dynamic=True, or torch._dynamo.mark_dynamic on dimension 0 of *every* input"))
+        t.expect(f"{label}: every call ran the compiled graph", counter.runs == len(batches), hidden=hidden,
+                 expected=f"{len(batches)} runs of compiled code", got=f"{counter.runs}",
+                 hint="the compiled function must be what runs on every call (not fn itself)")
+
+
+# --- 3. a decaying learning rate without recompiles -------------------------------------------------
+
+def _reference_steps(w: torch.Tensor, grads: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Call k (from 1) returns w - (0.5 / k) * grad_k."""
+    return [w - (0.5 / k) * g for k, g in enumerate(grads, 1)]
+
+
+def _drive_steps(make: Callable[..., Any], w: torch.Tensor, grads: Sequence[torch.Tensor]) -> tuple[RunCounter, list]:
+    torch._dynamo.reset()
+    counter = RunCounter()
+    step = make(counter)
+    if not callable(step):
+        raise TypeError(f"make_decayed_step returned {type(step).__name__}, not a function")
+    outs = [step(w.clone(), g) for g in grads]
+    return counter, outs
+
+
+def _drive_two(make: Callable[..., Any], w: torch.Tensor, grads: Sequence[torch.Tensor],
+               order: str) -> tuple[RunCounter, list]:
+    """Two steppers from two calls of ``make``, called in ``order`` ("a" or "b" per call)."""
+    torch._dynamo.reset()
+    counter = RunCounter()
+    steppers = {"a": make(counter), "b": make(counter)}
+    outs = [steppers[which](w.clone(), g) for which, g in zip(order, grads)]
+    return counter, outs
+
+
+@exercise("ch1.decayed_step", "A decaying learning rate that does not recompile", names=["make_decayed_step"],
+          timeout=60)
+def _decayed_step(t: Tester, make_decayed_step) -> None:
+    cases = [("12 calls on cpu, w of (4, 3)", (4, 3), 12, "cpu", False),
+             ("10 calls on npu tensors, w of (6,)", (6,), 10, "npu", True),
+             ("9 calls on cpu, w of (2, 5)", (2, 5), 9, "cpu", True)]
+    for desc, shape, n, device, hidden in cases:
+        w = randn(*shape, seed=1, device=device)
+        grads = [randn(*shape, seed=10 + k, device=device) for k in range(n)]
+        expected = _reference_steps(w, grads)
+        with _quiet_dynamo():
+            outcome = t.call(_drive_steps, make_decayed_step, w, grads)
+        torch._dynamo.reset()
+        if not outcome.ok:
+            t.error(f"make_decayed_step(backend), then {desc}", outcome, hidden=hidden,
+                    hint="return a function step(w, grad) that keeps its own step count")
+            continue
+        counter, outs = outcome.value
+        t.case(f"{desc}: call k returns w - (0.5 / k) * grad", lambda o=outs: o, expected=expected, hidden=hidden,
+               atol=1e-6, hint="the first call uses k = 1, the second k = 2, ...; count inside each stepper")
+        t.expect(f"{desc}: one graph compiled for all {n} calls", counter.frames == 1, hidden=hidden,
+                 expected="1 graph", got=f"{counter.frames} graph(s)",
+                 hint=("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
+                       "Dynamo guards every Python number the function reads (a global, a list element, an int "
+                       "argument) and recompiles when it changes (an int argument once, then dynamic: 2 graphs); "
+                       "keep the step count in a tensor"))
+        t.expect(f"{desc}: every call ran the compiled graph", counter.runs == n, hidden=hidden,
+                 expected=f"{n} runs of compiled code", got=str(counter.runs),
+                 hint="after torch._dynamo.config.recompile_limit (8) graphs Dynamo stops compiling and runs the "
+                      "function eagerly: a step that recompiles on every call ends up not compiled at all")
+    # two steppers count independently
+    w = randn(3, seed=2)
+    grads = [randn(3, seed=30 + k) for k in range(5)]
+    order = "aabab"
+    counts = {"a": 0, "b": 0}
+    expected = []
+    for which, g in zip(order, grads):
+        counts[which] += 1
+        expected.append(w - (0.5 / counts[which]) * g)
+    with _quiet_dynamo():
+        outcome = t.call(_drive_two, make_decayed_step, w, grads, order)
+    torch._dynamo.reset()
+    desc = "two steppers a and b, called a, a, b, a, b"
+    if not outcome.ok:
+        t.error(desc, outcome, hint="each call of make_decayed_step makes a new, independent stepper")
+        return
+    counter, outs = outcome.value
+    t.case(f"{desc}: each counts its own calls", lambda: outs, expected=expected,
+           hint="keep the count inside the stepper (a closure), not in a global shared by all steppers")
+    t.expect(f"{desc}: at most one graph per stepper", counter.frames <= 2, expected="<= 2 graphs",
+             got=f"{counter.frames} graph(s)", hint="the step count must not be a Python value Dynamo guards on")
