@@ -62,7 +62,11 @@ from npu_lab.kernels.scalar_math import *  # noqa: F401,F403
 
 '''
 
-_DECORATOR = '@numba.njit(parallel={par}, cache=True, nogil=True, error_model="numpy")'
+# fastmath "reassoc" (and nothing else: NaN/inf stay IEEE) lets LLVM keep several partial sums, so
+# the reduction loop, and the exp/tanh of its prologue, vectorise: ~7x faster on a row softmax.
+# The order of the additions then differs from a sequential sum (as PyTorch's own vectorised
+# sums do), but it is fixed by the code, so results are reproducible run to run.
+_DECORATOR = '@numba.njit(parallel={par}, cache=True, nogil=True, error_model="numpy", fastmath={{"reassoc"}})'
 
 
 def _indent(lines: Sequence[str], depth: int) -> list[str]:
