@@ -146,7 +146,7 @@ def test_prologue_value_needed_elsewhere_is_written_from_the_loop():
     gm, _, _ = _fuse(softmax_denominator, x)
     (kernel,) = _reductions(gm)
     assert kernel.kernel.full_outputs  # exp(x - max) also feeds the division
-    assert "full0[i] = " in kernel.source
+    assert "r_full0[j] = " in kernel.source  # written from inside the reduction loop
     _check_numerics(gm, softmax_denominator, x)
 
 

@@ -10,6 +10,14 @@ that one line this module generates four numba loops:
   broadcasting; each operand is its storage as a flat array plus strides and
   an offset, and the loop walks the output's index space row by row.
 
+Strides known only at run time keep LLVM from vectorising the strided loop. The
+common broadcasts (a bias added to every row, a row's max subtracted from the
+row) have inner strides of 1 or 0 only, so for those :meth:`ElementwiseKernel.run_strided`
+uses a ``rows`` variant generated for that pattern (``rows_1101``...): stride-1
+operands are read as ``a[p + j]``, stride-0 operands once per row, and the inner
+loop vectorises like the flat one (PyTorch's TensorIterator does the same with its
+contiguous and scalar-broadcast inner loops).
+
 The same generator serves the compiler's pointwise fusion, which simply
 writes a longer expression. ``print(kernel.source)`` shows the code.
 """
@@ -88,6 +96,51 @@ def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence
     return "\n".join(lines) + "\n"
 
 
+def _rows_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool,
+             prelude: Sequence[str], pattern: str) -> str:
+    """The strided loop with inner strides fixed: ``pattern[i]`` is input ``i``'s, "1" or "0"."""
+    outs = [f"out{k}" for k in range(len(exprs))]
+    ins = [f"in{i}" for i in range(n_in)]
+    params = ["shape"]
+    for o in outs + ins:
+        params += [o, f"{o}_st", f"{o}_off"]
+    params += list(scalars)
+    loop = "prange" if parallel else "range"
+    lines = [
+        f"@numba.njit(parallel={parallel}, cache=True, nogil=True, error_model=\"numpy\")",
+        f"def {fn_name}({', '.join(params)}):",
+        "    nd = shape.shape[0]",
+        "    inner = shape[nd - 1]",
+        "    n_outer = 1",
+        "    for d in range(nd - 1):",
+        "        n_outer *= shape[d]",
+        f"    for outer in {loop}(n_outer):",
+        "        div = 1",
+    ]
+    lines += [f"        p_{o} = {o}_off" for o in outs + ins]
+    lines += [
+        "        for d in range(nd - 2, -1, -1):",
+        "            idx = (outer // div) % shape[d]",
+        "            div *= shape[d]",
+    ]
+    lines += [f"            p_{o} += idx * {o}_st[d]" for o in outs + ins]
+    # Row slices, indexed by the loop counter: numba then knows the index is not negative and
+    # skips its wraparound select, which would otherwise turn the loads into gathers.
+    lines += [f"        v_in{i} = in{i}[p_in{i}]" for i in range(n_in) if pattern[i] == "0"]
+    lines += [f"        r_in{i} = in{i}[p_in{i}:p_in{i} + inner]" for i in range(n_in) if pattern[i] == "1"]
+    lines += [f"        r_{o} = {o}[p_{o}:p_{o} + inner]" for o in outs]
+    lines += ["        for j in range(inner):"]
+    lines += [f"            x{i} = r_in{i}[j]" if pattern[i] == "1" else f"            x{i} = v_in{i}"
+              for i in range(n_in)]
+    lines += [f"            {stmt}" for stmt in prelude]
+    lines += [f"            r_out{k}[j] = {e}" for k, e in enumerate(exprs)]
+    return "\n".join(lines) + "\n"
+
+
+#: The inner dimension must be at least this long for a ``rows`` variant to pay for itself.
+ROWS_MIN_INNER = 8
+
+
 @dataclass
 class Operand:
     """A tensor as a strided kernel sees it: its whole storage, strides, offset."""
@@ -116,6 +169,7 @@ class ElementwiseKernel:
     scalars: tuple[str, ...] = ()
     prelude: tuple[str, ...] = ()
     _mod: object = field(default=None, repr=False)
+    _rows: dict = field(default_factory=dict, repr=False)
 
     @property
     def source(self) -> str:
@@ -133,6 +187,20 @@ class ElementwiseKernel:
             stem = "".join(c if c.isalnum() else "_" for c in self.name)[:40]
             self._mod = codegen.load_module(self.source, f"ew_{stem}")
         return self._mod
+
+    def rows_source(self, pattern: str) -> str:
+        """The source of the ``rows`` variant for inner strides ``pattern`` (one "0"/"1" per input)."""
+        parts = [_HEADER.format(name=f"{self.name}, rows {pattern}")]
+        for fn, par in (("rows", False), ("rows_par", True)):
+            parts.append(_rows_fn(fn, self.n_inputs, self.scalars, self.exprs, par, self.prelude, pattern))
+        return "\n\n".join(parts)
+
+    def _rows_module(self, pattern: str):
+        mod = self._rows.get(pattern)
+        if mod is None:
+            stem = "".join(c if c.isalnum() else "_" for c in self.name)[:40]
+            mod = self._rows[pattern] = codegen.load_module(self.rows_source(pattern), f"ew_{stem}_r{pattern}")
+        return mod
 
     def run_flat(self, outs: Sequence[np.ndarray], ins: Sequence[np.ndarray], scalars: Sequence) -> None:
         """All operands are 1-D contiguous arrays of the same length."""
@@ -152,11 +220,19 @@ class ElementwiseKernel:
         shape_a = np.asarray(shape if len(shape) else (1,), dtype=np.int64)
         nd = shape_a.shape[0]
         args: list = [shape_a]
+        inner: list[int] = []
         for op in list(outs) + list(ins):
             st = op.strides if len(op.strides) == nd else (0,) * nd
             args += [op.flat, np.asarray(st, dtype=np.int64), op.offset]
+            inner.append(st[-1])
         numel = int(np.prod(shape_a))
-        fn = mod.strided_par if numel >= PARALLEL_THRESHOLD else mod.strided
+        n_out = len(outs)
+        if (shape_a[-1] >= ROWS_MIN_INNER and all(s == 1 for s in inner[:n_out])
+                and all(s in (0, 1) for s in inner[n_out:])):
+            rows = self._rows_module("".join(str(s) for s in inner[n_out:]))
+            fn = rows.rows_par if numel >= PARALLEL_THRESHOLD and numel > shape_a[-1] else rows.rows
+        else:
+            fn = mod.strided_par if numel >= PARALLEL_THRESHOLD else mod.strided
         fn(*args, *scalars)
 
 

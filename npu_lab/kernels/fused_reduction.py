@@ -26,7 +26,9 @@ once). Generated variants:
   chunks whose partial results are combined before the epilogue;
 * ``strided`` / ``strided_par``: any strides, including the zero strides of
   broadcasting (``x - amax(x, -1, keepdim=True)``, ``x * bias``);
-* ``strided_chunks``: a strided *full* reduction, in parallel chunks of rows.
+* ``strided_chunks``: a strided *full* reduction, in parallel chunks of rows;
+* ``rows`` variants per inner-stride pattern (``red_sum_r101``...): ``strided`` with the
+  last dimension's strides fixed at 1 or 0, so the inner loop vectorises.
 
 Sums accumulate in float64, as the NPU's plain reduction kernels do; the
 reduced value is rounded to the tensor dtype before the epilogue, as eager
@@ -42,7 +44,7 @@ import numba
 import numpy as np
 
 from . import codegen
-from .elementwise import PARALLEL_THRESHOLD, Operand
+from .elementwise import PARALLEL_THRESHOLD, ROWS_MIN_INNER, Operand
 
 #: The reductions a fused kernel can perform: (initial accumulator, combine statement).
 REDUCTIONS: dict[str, tuple[str, str]] = {
@@ -106,6 +108,7 @@ class ReductionKernel:
     dtype: str = "float32"
     ops: tuple[str, ...] = ()
     _mod: object = field(default=None, repr=False)
+    _rows: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in REDUCTIONS:
@@ -122,12 +125,17 @@ class ReductionKernel:
             params += [n, f"{n}_st", f"{n}_off"]
         return params
 
-    def _element(self, index: dict[str, str]) -> list[str]:
-        """Loop body for one reduced element: read inputs, prologue, write full outputs, accumulate."""
+    def _element(self, index: dict[str, str], access: dict[str, str] | None = None) -> list[str]:
+        """Loop body for one reduced element: read inputs, prologue, write full outputs, accumulate.
+
+        ``index`` gives each operand's index expression (``in0[<index>]``); ``access``
+        overrides the whole element expression for some operands (a row slice, a scalar).
+        """
         combine = REDUCTIONS[self.kind][1]
-        lines = [f"x{i} = in{i}[{index[f'in{i}']}]" for i in range(self.n_inputs)]
+        ref = {n: f"{n}[{i}]" for n, i in index.items()} | (access or {})
+        lines = [f"x{i} = {ref[f'in{i}']}" for i in range(self.n_inputs)]
         lines += list(self.prelude)
-        lines += [f"full{k}[{index[f'full{k}']}] = {e}" for k, e in enumerate(self.full_outputs)]
+        lines += [f"{ref[f'full{k}']} = {e}" for k, e in enumerate(self.full_outputs)]
         lines += [f"v = {self.value}", combine.format(v="v", acc="acc")]
         return lines
 
@@ -153,11 +161,11 @@ class ReductionKernel:
         lines = [_DECORATOR.format(par=parallel),
                  f"def {fn}({', '.join(self._params(False) + ['n_outer', 'n_inner'] + list(self.scalars))}):",
                  f"    for row in {'prange' if parallel else 'range'}(n_outer):",
-                 "        base = row * n_inner",
-                 f"        acc = {init}",
-                 "        for j in range(n_inner):",
-                 "            i = base + j"]
-        lines += _indent(self._element(full), 3)
+                 "        base = row * n_inner"]
+        lines += [f"        r_{n} = {n}[base:base + n_inner]" for n in full]
+        lines += [f"        acc = {init}",
+                  "        for j in range(n_inner):"]
+        lines += _indent(self._element(full, {n: f"r_{n}[j]" for n in full}), 3)
         lines += _indent(self._finish(kept, "n_inner"), 2)
         return "\n".join(lines) + "\n"
 
@@ -170,9 +178,12 @@ class ReductionKernel:
                  "    step = (n + n_chunks - 1) // n_chunks",
                  "    part = np.empty(n_chunks)",
                  "    for c in prange(n_chunks):",
-                 f"        acc = {init}",
-                 "        for i in range(c * step, min(n, (c + 1) * step)):"]
-        lines += _indent(self._element(full), 3)
+                 "        lo = c * step",
+                 "        hi = min(n, lo + step)"]
+        lines += [f"        r_{n} = {n}[lo:hi]" for n in full]
+        lines += [f"        acc = {init}",
+                  "        for j in range(hi - lo):"]
+        lines += _indent(self._element(full, {n: f"r_{n}[j]" for n in full}), 3)
         lines += ["        part[c] = acc",
                   f"    total = {init}",
                   "    for c in range(n_chunks):",
@@ -216,6 +227,54 @@ class ReductionKernel:
         lines += [f"                p_{n} += idx * {n}_st[d]" for n in fulls]
         lines += ["            for j in range(inner):"]
         lines += _indent(self._element({n: f"p_{n} + j * s_{n}" for n in fulls}), 4)
+        lines += _indent(self._finish({n: f"p_{n}" for n in kepts}, "n_inner"), 2)
+        return "\n".join(lines) + "\n"
+
+    def _strided_rows_fn(self, fn: str, parallel: bool, pattern: str) -> str:
+        """``strided`` with the inner strides of the full operands fixed (``pattern``: "1"/"0" each).
+
+        Stride-1 operands are read through row slices indexed by the loop counter and
+        stride-0 ones once per row, so the inner loop vectorises (runtime strides and
+        possibly negative indices would make every load a gather).
+        """
+        init = REDUCTIONS[self.kind][0]
+        fulls, kepts = self._full_names(), self._kept_names()
+        unit = [n for n, c in zip(fulls, pattern) if c == "1"]
+        bcast = [n for n, c in zip(fulls, pattern) if c == "0"]
+        lines = [_DECORATOR.format(par=parallel),
+                 f"def {fn}({', '.join(['shape', 'n_red'] + self._params(True) + list(self.scalars))}):",
+                 "    nd = shape.shape[0]",
+                 "    nk = nd - n_red",
+                 "    n_outer = 1",
+                 "    for d in range(nk):",
+                 "        n_outer *= shape[d]",
+                 "    n_mid = 1",
+                 "    for d in range(nk, nd - 1):",
+                 "        n_mid *= shape[d]",
+                 "    inner = shape[nd - 1]",
+                 "    n_inner = n_mid * inner",
+                 f"    for outer in {'prange' if parallel else 'range'}(n_outer):",
+                 "        div = 1"]
+        lines += [f"        b_{n} = {n}_off" for n in fulls]
+        lines += [f"        p_{n} = {n}_off" for n in kepts]
+        lines += ["        for d in range(nk - 1, -1, -1):",
+                  "            idx = (outer // div) % shape[d]",
+                  "            div *= shape[d]"]
+        lines += [f"            b_{n} += idx * {n}_st[d]" for n in fulls]
+        lines += [f"            p_{n} += idx * {n}_st[d]" for n in kepts]
+        lines += [f"        acc = {init}",
+                  "        for m in range(n_mid):",
+                  "            div = 1"]
+        lines += [f"            p_{n} = b_{n}" for n in fulls]
+        lines += ["            for d in range(nd - 2, nk - 1, -1):",
+                  "                idx = (m // div) % shape[d]",
+                  "                div *= shape[d]"]
+        lines += [f"                p_{n} += idx * {n}_st[d]" for n in fulls]
+        lines += [f"            r_{n} = {n}[p_{n}:p_{n} + inner]" for n in unit]
+        lines += [f"            v_{n} = {n}[p_{n}]" for n in bcast]
+        lines += ["            for j in range(inner):"]
+        access = {n: f"r_{n}[j]" for n in unit} | {n: f"v_{n}" for n in bcast}
+        lines += _indent(self._element({}, access), 4)
         lines += _indent(self._finish({n: f"p_{n}" for n in kepts}, "n_inner"), 2)
         return "\n".join(lines) + "\n"
 
@@ -269,6 +328,19 @@ class ReductionKernel:
             self._mod = codegen.load_module(self.source, f"red_{self.kind}")
         return self._mod
 
+    def rows_source(self, pattern: str) -> str:
+        """The source of the strided variant for inner strides ``pattern`` (one "0"/"1" per full operand)."""
+        what = f"{self.kind} reduction" + (f" of {' -> '.join(self.ops)}" if self.ops else "")
+        parts = [_HEADER.format(what=f"{what}, inner strides {pattern}")]
+        parts += [self._strided_rows_fn("rows", False, pattern), self._strided_rows_fn("rows_par", True, pattern)]
+        return "\n\n".join(parts)
+
+    def _rows_module(self, pattern: str):
+        mod = self._rows.get(pattern)
+        if mod is None:
+            mod = self._rows[pattern] = codegen.load_module(self.rows_source(pattern), f"red_{self.kind}_r{pattern}")
+        return mod
+
     # -- running -----------------------------------------------------------------------
     def run(self, shape: Sequence[int], n_reduced: int, outs: Sequence[Operand], fulls: Sequence[Operand],
             ins: Sequence[Operand], eps: Sequence[Operand], scalars: Sequence) -> str:
@@ -307,6 +379,14 @@ class ReductionKernel:
             mod.strided_chunks(args[0], *args[2:], chunks, *scalars)
             return "strided_chunks"
         parallel = numel >= PARALLEL_THRESHOLD and n_outer > 1
+        inner = [st[-1] if len(st) == nd else 0 for st in full_st]
+        n_full = len(fulls)
+        if (shape[-1] >= ROWS_MIN_INNER and all(s == 1 for s in inner[:n_full])
+                and all(s in (0, 1) for s in inner[n_full:])):
+            pattern = "".join(str(s) for s in inner)
+            rows = self._rows_module(pattern)
+            (rows.rows_par if parallel else rows.rows)(*args, *scalars)
+            return f"rows_{pattern}"
         (mod.strided_par if parallel else mod.strided)(*args, *scalars)
         return "strided_par" if parallel else "strided"
 
