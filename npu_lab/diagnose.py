@@ -125,6 +125,23 @@ def _renderer() -> Finding:
     return Finding("graph renderer", OK, f"{r[0]} ({r[1]})")
 
 
+def _cpp_compiler() -> Finding:
+    """Inductor on the CPU (chapters 0, 1 and 8) compiles C++: it needs a compiler and Python's headers."""
+    import shutil
+    import sysconfig
+
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++", "c++"]
+    found = next((shutil.which(n) for n in names if shutil.which(n)), None)
+    fix = "sudo apt-get install g++ python3-dev  (Inductor's CPU backend compiles C++ kernels)"
+    if found is None:
+        return Finding("C++ compiler", WARN, f"none of {', '.join(names)} on PATH: torch.compile's default "
+                       "backend (Inductor) cannot run on the CPU; the npu backend still works", fix)
+    header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
+    if not os.path.exists(header):
+        return Finding("C++ compiler", WARN, f"{found}, but no {header}", fix)
+    return Finding("C++ compiler", OK, f"{found} (for Inductor on the CPU)")
+
+
 def _package(dist: str, module: str, purpose: str, level: str = WARN) -> Callable[[], Finding]:
     def check() -> Finding:
         v = _version(dist)
@@ -157,7 +174,7 @@ def _progress_home() -> Finding:
 
 
 CHECKS: list[Callable[[], Finding]] = [
-    _python, _torch, _numba, _device, _renderer,
+    _python, _torch, _numba, _device, _renderer, _cpp_compiler,
     _package("jupyterlab", "jupyterlab", "opens the chapters"),
     _package("ipywidgets", "ipywidgets", "the interactive explorers"),
     _package("jupyterlab_widgets", "jupyterlab_widgets", "shows ipywidgets in JupyterLab"),

@@ -34,3 +34,11 @@ def test_doctor_command_line():
     assert "npu device" in out.stdout and "ready for the lab" in out.stdout
     bad = subprocess.run([sys.executable, "-m", "npu_lab"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_doctor_warns_without_a_cpp_compiler(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    finding = doctor_mod._cpp_compiler()
+    assert finding.status == doctor_mod.WARN and "Inductor" in finding.detail
+    assert "apt-get install g++" in finding.fix
