@@ -33,6 +33,25 @@ def matmul(n: int = 1024) -> None:
           f"ratio {g_npu / g_cpu:5.2f}   (goal >= 0.5)")
 
 
+def elementwise(rows: int = 4096, cols: int = 1024) -> None:
+    """Bandwidth-bound eager kernels, dense and broadcast, and transcendental ones."""
+    x = torch.randn(rows, cols)
+    cases = {
+        "x * 2 + 1 (dense)": (lambda t, m, b: t * 2 + 1),
+        "x - rowmax (broadcast)": (lambda t, m, b: t - m),
+        "x + bias (broadcast)": (lambda t, m, b: t + b),
+        "tanh(x)": (lambda t, m, b: torch.tanh(t)),
+        "sigmoid(x)": (lambda t, m, b: torch.sigmoid(t)),
+    }
+    cpu_args = (x, x.amax(-1, keepdim=True), torch.randn(cols))
+    npu_args = tuple(a.npu() for a in cpu_args)
+    for name, fn in cases.items():
+        t_npu = best_of(lambda fn=fn: fn(*npu_args))
+        t_cpu = best_of(lambda fn=fn: fn(*cpu_args))
+        print(f"{name:<24} {rows * cols / 1e6:.0f}M floats: npu {t_npu * 1e3:6.2f} ms   torch {t_cpu * 1e3:6.2f} ms   "
+              f"ratio {t_cpu / t_npu:5.2f}   (goal >= 0.5)")
+
+
 def eager_overhead() -> None:
     a_cpu, b_cpu = torch.randn(16), torch.randn(16)
     a, b = a_cpu.npu(), b_cpu.npu()
@@ -103,6 +122,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, npu_lab {npu_lab.__version__}, {os.cpu_count()} CPU cores, "
           f"start-up heap {'left to the GC' if args.no_freeze else 'frozen (gc.freeze)'}")
     matmul()
+    elementwise()
     eager_overhead()
     training_step("MLP training step", models.mlp, 64)
     training_step("CNN training step", models.SmallCNN, 32)
