@@ -7,11 +7,16 @@ named by a hash of its text, and imported from there. numba's ``cache=True``
 then stores the machine code beside it, and the next process (or the next
 notebook kernel restart) loads the compiled kernel in milliseconds.
 
-The cache lives in ``$NPU_LAB_CACHE_DIR`` or ``~/.cache/npu_lab``.
+The cache lives in ``$NPU_LAB_CACHE_DIR`` or ``~/.cache/npu_lab``, in a folder
+named for the Python and numba versions and a hash of the helper modules every
+generated kernel inlines (``scalar_math``, ``fast_math``): numba checks only the
+kernel's own file when it reuses cached machine code, so a changed helper must
+lead to a fresh folder, or kernels would keep running the old helper.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -25,11 +30,20 @@ import numba
 _loaded: dict[str, ModuleType] = {}
 
 
+_INLINED_HELPERS = ("scalar_math.py", "fast_math.py")
+
+
+@functools.cache
+def _helpers_hash() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha1(b"".join((here / name).read_bytes() for name in _INLINED_HELPERS)).hexdigest()[:8]
+
+
 def cache_dir() -> Path:
     """Where generated kernel modules and their compiled code are kept."""
     root = os.environ.get("NPU_LAB_CACHE_DIR")
     base = Path(root) if root else Path.home() / ".cache" / "npu_lab"
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}-numba{numba.__version__}"
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}-numba{numba.__version__}-{_helpers_hash()}"
     path = base / tag / "kernels"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -60,7 +60,7 @@ def _pow2_bits(typingctx, k):
     return types.float32(k), codegen
 
 
-@numba.njit(inline="always", cache=True)
+@numba.njit(cache=True)
 def _exp_f32(x):
     xc = _EXP_HI if x > _EXP_HI else (_EXP_LO if x < _EXP_LO else x)
     k = np.floor(xc * _LOG2E + _HALF)
@@ -74,7 +74,7 @@ def _exp_f32(x):
     return x if x != x else y
 
 
-@numba.njit(inline="always", cache=True)
+@numba.njit(cache=True)
 def _tanh_f32(x):
     ax = abs(x)
     z = x * x
