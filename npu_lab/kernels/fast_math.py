@@ -21,14 +21,26 @@ for everything else, so float64 kernels keep libm's accuracy.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload
 
 __all__ = ["fast_exp", "fast_sigmoid", "fast_tanh"]
+
+# The helpers below are inlined at numba's IR level (inline="always"), not left to LLVM: a
+# cached numba function is linked as object code, which LLVM cannot inline, and a loop that
+# calls a function does not vectorise, so kernels would be fast or slow depending on what
+# happened to be in numba's cache. numba's IR inliner then trips its own "pedantic" SSA check
+# on the selects inside these helpers (numba 0.68: NumbaIRAssumptionWarning "variable ...
+# is not in scope"); the code it produces is correct (tests/test_fast_math.py), so that one
+# warning is silenced for these helpers only.
+warnings.filterwarnings("ignore", message=r"variable '.*_(exp|tanh)_f32.*' is not in scope",
+                        category=NumbaIRAssumptionWarning)
 
 _f = np.float32
 
@@ -60,7 +72,7 @@ def _pow2_bits(typingctx, k):
     return types.float32(k), codegen
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always", cache=True)
 def _exp_f32(x):
     xc = _EXP_HI if x > _EXP_HI else (_EXP_LO if x < _EXP_LO else x)
     k = np.floor(xc * _LOG2E + _HALF)
@@ -74,7 +86,7 @@ def _exp_f32(x):
     return x if x != x else y
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always", cache=True)
 def _tanh_f32(x):
     ax = abs(x)
     z = x * x
