@@ -63,8 +63,16 @@ def _flat_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[st
 
 
 def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool,
-                prelude: Sequence[str] = ()) -> str:
-    ops = [f"out{k}" for k in range(len(exprs))] + [f"in{i}" for i in range(n_in)]
+                prelude: Sequence[str] = (), pattern: str | None = None) -> str:
+    """The loop over the output's rows; ``pattern`` fixes the inputs' inner strides ("1"/"0" each).
+
+    Without a pattern every operand is read at ``p + j * stride``. With one, stride-1
+    operands are read through row slices indexed by the loop counter (numba then knows
+    the index is not negative and skips its wraparound select, which would otherwise turn
+    the loads into gathers) and stride-0 operands once per row, so the loop vectorises.
+    """
+    outs = [f"out{k}" for k in range(len(exprs))]
+    ops = outs + [f"in{i}" for i in range(n_in)]
     params = ["shape"]
     for o in ops:
         params += [o, f"{o}_st", f"{o}_off"]
@@ -88,44 +96,13 @@ def _strided_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence
         "            div *= shape[d]",
     ]
     lines += [f"            p_{o} += idx * {o}_st[d]" for o in ops]
-    lines += [f"        s_{o} = {o}_st[nd - 1]" for o in ops]
-    lines += ["        for j in range(inner):"]
-    lines += [f"            x{i} = in{i}[p_in{i} + j * s_in{i}]" for i in range(n_in)]
-    lines += [f"            {stmt}" for stmt in prelude]
-    lines += [f"            out{k}[p_out{k} + j * s_out{k}] = {e}" for k, e in enumerate(exprs)]
-    return "\n".join(lines) + "\n"
-
-
-def _rows_fn(fn_name: str, n_in: int, scalars: Sequence[str], exprs: Sequence[str], parallel: bool,
-             prelude: Sequence[str], pattern: str) -> str:
-    """The strided loop with inner strides fixed: ``pattern[i]`` is input ``i``'s, "1" or "0"."""
-    outs = [f"out{k}" for k in range(len(exprs))]
-    ins = [f"in{i}" for i in range(n_in)]
-    params = ["shape"]
-    for o in outs + ins:
-        params += [o, f"{o}_st", f"{o}_off"]
-    params += list(scalars)
-    loop = "prange" if parallel else "range"
-    lines = [
-        f"@numba.njit(parallel={parallel}, cache=True, nogil=True, error_model=\"numpy\")",
-        f"def {fn_name}({', '.join(params)}):",
-        "    nd = shape.shape[0]",
-        "    inner = shape[nd - 1]",
-        "    n_outer = 1",
-        "    for d in range(nd - 1):",
-        "        n_outer *= shape[d]",
-        f"    for outer in {loop}(n_outer):",
-        "        div = 1",
-    ]
-    lines += [f"        p_{o} = {o}_off" for o in outs + ins]
-    lines += [
-        "        for d in range(nd - 2, -1, -1):",
-        "            idx = (outer // div) % shape[d]",
-        "            div *= shape[d]",
-    ]
-    lines += [f"            p_{o} += idx * {o}_st[d]" for o in outs + ins]
-    # Row slices, indexed by the loop counter: numba then knows the index is not negative and
-    # skips its wraparound select, which would otherwise turn the loads into gathers.
+    if pattern is None:
+        lines += [f"        s_{o} = {o}_st[nd - 1]" for o in ops]
+        lines += ["        for j in range(inner):"]
+        lines += [f"            x{i} = in{i}[p_in{i} + j * s_in{i}]" for i in range(n_in)]
+        lines += [f"            {stmt}" for stmt in prelude]
+        lines += [f"            out{k}[p_out{k} + j * s_out{k}] = {e}" for k, e in enumerate(exprs)]
+        return "\n".join(lines) + "\n"
     lines += [f"        v_in{i} = in{i}[p_in{i}]" for i in range(n_in) if pattern[i] == "0"]
     lines += [f"        r_in{i} = in{i}[p_in{i}:p_in{i} + inner]" for i in range(n_in) if pattern[i] == "1"]
     lines += [f"        r_{o} = {o}[p_{o}:p_{o} + inner]" for o in outs]
@@ -192,7 +169,7 @@ class ElementwiseKernel:
         """The source of the ``rows`` variant for inner strides ``pattern`` (one "0"/"1" per input)."""
         parts = [_HEADER.format(name=f"{self.name}, rows {pattern}")]
         for fn, par in (("rows", False), ("rows_par", True)):
-            parts.append(_rows_fn(fn, self.n_inputs, self.scalars, self.exprs, par, self.prelude, pattern))
+            parts.append(_strided_fn(fn, self.n_inputs, self.scalars, self.exprs, par, self.prelude, pattern))
         return "\n\n".join(parts)
 
     def _rows_module(self, pattern: str):

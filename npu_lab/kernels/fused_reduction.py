@@ -192,55 +192,15 @@ class ReductionKernel:
         lines += _indent(self._finish(kept, "n", "total"), 1)
         return "\n".join(lines) + "\n"
 
-    def _strided_fn(self, fn: str, parallel: bool) -> str:
-        init = REDUCTIONS[self.kind][0]
-        fulls, kepts = self._full_names(), self._kept_names()
-        lines = [_DECORATOR.format(par=parallel),
-                 f"def {fn}({', '.join(['shape', 'n_red'] + self._params(True) + list(self.scalars))}):",
-                 "    nd = shape.shape[0]",
-                 "    nk = nd - n_red",
-                 "    n_outer = 1",
-                 "    for d in range(nk):",
-                 "        n_outer *= shape[d]",
-                 "    n_mid = 1",
-                 "    for d in range(nk, nd - 1):",
-                 "        n_mid *= shape[d]",
-                 "    inner = shape[nd - 1]",
-                 "    n_inner = n_mid * inner",
-                 f"    for outer in {'prange' if parallel else 'range'}(n_outer):",
-                 "        div = 1"]
-        lines += [f"        b_{n} = {n}_off" for n in fulls]
-        lines += [f"        p_{n} = {n}_off" for n in kepts]
-        lines += ["        for d in range(nk - 1, -1, -1):",
-                  "            idx = (outer // div) % shape[d]",
-                  "            div *= shape[d]"]
-        lines += [f"            b_{n} += idx * {n}_st[d]" for n in fulls]
-        lines += [f"            p_{n} += idx * {n}_st[d]" for n in kepts]
-        lines += [f"        s_{n} = {n}_st[nd - 1]" for n in fulls]
-        lines += [f"        acc = {init}",
-                  "        for m in range(n_mid):",
-                  "            div = 1"]
-        lines += [f"            p_{n} = b_{n}" for n in fulls]
-        lines += ["            for d in range(nd - 2, nk - 1, -1):",
-                  "                idx = (m // div) % shape[d]",
-                  "                div *= shape[d]"]
-        lines += [f"                p_{n} += idx * {n}_st[d]" for n in fulls]
-        lines += ["            for j in range(inner):"]
-        lines += _indent(self._element({n: f"p_{n} + j * s_{n}" for n in fulls}), 4)
-        lines += _indent(self._finish({n: f"p_{n}" for n in kepts}, "n_inner"), 2)
-        return "\n".join(lines) + "\n"
+    def _strided_fn(self, fn: str, parallel: bool, pattern: str | None = None) -> str:
+        """Any strides; ``pattern`` fixes the full operands' inner strides ("1"/"0" each).
 
-    def _strided_rows_fn(self, fn: str, parallel: bool, pattern: str) -> str:
-        """``strided`` with the inner strides of the full operands fixed (``pattern``: "1"/"0" each).
-
-        Stride-1 operands are read through row slices indexed by the loop counter and
-        stride-0 ones once per row, so the inner loop vectorises (runtime strides and
-        possibly negative indices would make every load a gather).
+        With a pattern, stride-1 operands are read through row slices indexed by the loop
+        counter and stride-0 ones once per row, so the inner loop vectorises (runtime
+        strides and possibly negative indices would make every load a gather).
         """
         init = REDUCTIONS[self.kind][0]
         fulls, kepts = self._full_names(), self._kept_names()
-        unit = [n for n, c in zip(fulls, pattern) if c == "1"]
-        bcast = [n for n, c in zip(fulls, pattern) if c == "0"]
         lines = [_DECORATOR.format(par=parallel),
                  f"def {fn}({', '.join(['shape', 'n_red'] + self._params(True) + list(self.scalars))}):",
                  "    nd = shape.shape[0]",
@@ -262,6 +222,8 @@ class ReductionKernel:
                   "            div *= shape[d]"]
         lines += [f"            b_{n} += idx * {n}_st[d]" for n in fulls]
         lines += [f"            p_{n} += idx * {n}_st[d]" for n in kepts]
+        if pattern is None:
+            lines += [f"        s_{n} = {n}_st[nd - 1]" for n in fulls]
         lines += [f"        acc = {init}",
                   "        for m in range(n_mid):",
                   "            div = 1"]
@@ -270,11 +232,16 @@ class ReductionKernel:
                   "                idx = (m // div) % shape[d]",
                   "                div *= shape[d]"]
         lines += [f"                p_{n} += idx * {n}_st[d]" for n in fulls]
-        lines += [f"            r_{n} = {n}[p_{n}:p_{n} + inner]" for n in unit]
-        lines += [f"            v_{n} = {n}[p_{n}]" for n in bcast]
+        if pattern is None:
+            element = self._element({n: f"p_{n} + j * s_{n}" for n in fulls})
+        else:
+            unit = [n for n, c in zip(fulls, pattern) if c == "1"]
+            bcast = [n for n, c in zip(fulls, pattern) if c == "0"]
+            lines += [f"            r_{n} = {n}[p_{n}:p_{n} + inner]" for n in unit]
+            lines += [f"            v_{n} = {n}[p_{n}]" for n in bcast]
+            element = self._element({}, {n: f"r_{n}[j]" for n in unit} | {n: f"v_{n}" for n in bcast})
         lines += ["            for j in range(inner):"]
-        access = {n: f"r_{n}[j]" for n in unit} | {n: f"v_{n}" for n in bcast}
-        lines += _indent(self._element({}, access), 4)
+        lines += _indent(element, 4)
         lines += _indent(self._finish({n: f"p_{n}" for n in kepts}, "n_inner"), 2)
         return "\n".join(lines) + "\n"
 
@@ -332,7 +299,7 @@ class ReductionKernel:
         """The source of the strided variant for inner strides ``pattern`` (one "0"/"1" per full operand)."""
         what = f"{self.kind} reduction" + (f" of {' -> '.join(self.ops)}" if self.ops else "")
         parts = [_HEADER.format(what=f"{what}, inner strides {pattern}")]
-        parts += [self._strided_rows_fn("rows", False, pattern), self._strided_rows_fn("rows_par", True, pattern)]
+        parts += [self._strided_fn("rows", False, pattern), self._strided_fn("rows_par", True, pattern)]
         return "\n\n".join(parts)
 
     def _rows_module(self, pattern: str):
