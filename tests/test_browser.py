@@ -4,7 +4,14 @@ Starts JupyterLab on localhost, opens each notebook of chapters/ in
 headless Chromium (Debian's ``chromium`` package, driven by Playwright), runs all
 cells from the Run menu as a learner would, and checks the page: no error output,
 drawings present as SVG/images, and ipywidgets rendered and responding to one
-interaction. Screenshots go to ``build/browser/``.
+interaction. Screenshots and JupyterLab's log go to ``build/browser/``.
+
+The served notebooks are copies with their outputs cleared, so every output the
+checks look at was produced in this run. The numba kernels are compiled first
+(``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so the time limits
+measure the notebooks, not a cold compiler cache. A notebook fails when no cell
+finishes for ``STALL_S`` seconds; the failure names the cell that was running,
+the kernel's state and the end of JupyterLab's log.
 
 Skipped, with the reason, where Chromium or Playwright is not installed
 (``sudo apt-get install chromium``; ``pip install playwright``).
@@ -12,6 +19,7 @@ Skipped, with the reason, where Chromium or Playwright is not installed
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -22,11 +30,17 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 ARTIFACTS = ROOT / "build" / "browser"
+STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
+NOTEBOOK_S = 900   # a whole notebook, however steady its progress
+# Chromium's own background traffic only meets refused connections on a closed network.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CHROMIUM = os.environ.get("NPU_LAB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 try:
@@ -64,17 +78,31 @@ def lab(tmp_path_factory):
     (settings / "@jupyterlab" / "docmanager-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(
         '{"autosave": false}')
-    # The lab serves a copy of the notebooks, so nothing can write to the committed ones.
+    # The lab serves copies of the notebooks with outputs cleared: nothing can write to the
+    # committed ones, and no committed output can stand in for one this run must produce.
     served = home / "served"
     for folder in ("chapters", "solutions"):
         shutil.copytree(ROOT / folder, served / folder)
+        for copy in (served / folder).glob("*.ipynb"):
+            nb = nbformat.read(copy, as_version=4)
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs, cell.execution_count = [], None
+            nbformat.write(nb, copy)
     env = dict(os.environ, NPU_LAB_HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "jupyter_config"),
                JUPYTERLAB_SETTINGS_DIR=str(settings))
+    warm = subprocess.run([sys.executable, "-m", "npu_lab", "warmup"], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert warm.returncode == 0, f"python -m npu_lab warmup failed:\n{warm.stderr[-3000:]}"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    log_path = ARTIFACTS / "jupyterlab.log"
+    log = log_path.open("w")
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
          f"--ServerApp.token={token}", f"--ServerApp.root_dir={served}", "--LabApp.news_url=",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--allow-root"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         "--LabApp.extension_manager=readonly", "--allow-root"],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while True:
@@ -87,14 +115,31 @@ def lab(tmp_path_factory):
                 pytest.fail("JupyterLab did not start within 90 s")
             time.sleep(0.5)
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        yield browser, url, token
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser, url, token, log_path
         browser.close()
     server.terminate()
     try:
         server.wait(timeout=20)
     except subprocess.TimeoutExpired:
         server.kill()
+    log.close()
+
+
+def _sessions(url: str, token: str) -> list[dict]:
+    """JupyterLab's running sessions (notebook path, kernel state) from its REST API."""
+    try:
+        with urllib.request.urlopen(f"{url}/api/sessions?token={token}", timeout=5) as reply:
+            return json.load(reply)
+    except OSError:
+        return []
+
+
+def _kernel_state(url: str, token: str, rel: str) -> str:
+    for session in _sessions(url, token):
+        if session.get("path") == rel and session.get("kernel"):
+            return session["kernel"].get("execution_state", "unknown")
+    return "no kernel"
 
 
 def _run_all(page) -> None:
@@ -102,28 +147,86 @@ def _run_all(page) -> None:
     page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
 
 
-def _done(page) -> bool:
-    """Every code cell shows an execution number (none is queued or running)."""
-    prompts = page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all_inner_texts()
-    return bool(prompts) and all(re.search(r"\[\d+\]", p) for p in prompts)
+def _prompts(page) -> list[str]:
+    """The input prompt of every code cell: '[ ]' not run, '[*]' queued or running, '[n]' done."""
+    return [p.strip() for p in page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").all_inner_texts()]
+
+
+def _finished(prompts: list[str]) -> int:
+    return sum(bool(re.search(r"\[\d+\]", p)) for p in prompts)
+
+
+def _shut_down(url: str, token: str, rel: str) -> None:
+    """End the notebook's kernel, so kernels of earlier notebooks do not pile up."""
+    for session in _sessions(url, token):
+        if session.get("path") == rel:
+            request = urllib.request.Request(f"{url}/api/sessions/{session['id']}?token={token}", method="DELETE")
+            try:
+                urllib.request.urlopen(request, timeout=10).close()
+            except OSError:
+                pass
+
+
+def _wait_for_kernel(url: str, token: str, rel: str, seconds: float = 120) -> None:
+    deadline = time.time() + seconds
+    while (state := _kernel_state(url, token, rel)) != "idle":
+        assert time.time() < deadline, f"{rel}: kernel not ready after {seconds:.0f} s (state: {state})"
+        time.sleep(0.5)
+
+
+def _stuck(page, path: Path, prompts: list[str], state: str, log_path: Path, why: str) -> str:
+    """A failure message that says where the notebook stopped and what the lab reported."""
+    shot = ARTIFACTS / f"{path.parent.name}_{path.stem}_stuck.png"
+    page.screenshot(path=str(shot), full_page=False)
+    code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    where = next((i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)), None)
+    cell = "" if where is None or where >= len(code) else \
+        f"first unfinished code cell #{where} ({prompts[where]}): {code[where].source.splitlines()[0][:100]!r}\n"
+    tail = log_path.read_text(errors="replace")[-2000:] if log_path.exists() else ""
+    return (f"{path.relative_to(ROOT)}: {why}; {_finished(prompts)} of {len(prompts)} code cells finished\n"
+            f"{cell}kernel: {state}; screenshot: {shot}\nJupyterLab log (end):\n{tail}")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[f"{p.parent.name}/{p.stem}" for p in NOTEBOOKS])
 def test_notebook_runs_in_jupyterlab(lab, path):
-    browser, url, token = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser, url, token, log_path = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     rel = path.relative_to(ROOT).as_posix()
+    try:
+        _run_and_check(page, path, rel, url, token, log_path)
+    finally:
+        page.close()
+        _shut_down(url, token, rel)
+
+
+def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: Path) -> None:
     page.goto(f"{url}/lab/tree/{rel}?token={token}&reset")
-    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    page.wait_for_function("document.querySelector('.jp-Notebook') !== null")
-    # Wait for the kernel to be ready, then clear stale outputs by running everything afresh.
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
+    _wait_for_kernel(url, token, rel)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
     page.wait_for_timeout(1000)
+    assert _finished(_prompts(page)) == 0, f"{rel}: the served copy should have no execution counts"
     _run_all(page)
-    deadline = time.time() + 300
-    while not _done(page):
-        assert time.time() < deadline, f"{rel}: cells still running after 300 s"
+    # The menu click must have started the run: cells queue ('[*]') or finish within a minute.
+    started = time.time()
+    while all(p == "[ ]" for p in _prompts(page)):
+        if time.time() - started > 60:
+            raise AssertionError(_stuck(page, path, _prompts(page), _kernel_state(url, token, rel),
+                                        log_path, "Run All Cells started nothing within 60 s"))
+        page.wait_for_timeout(500)
+    begin = last_change = time.time()
+    done = -1
+    while True:
+        prompts = _prompts(page)
+        if prompts and _finished(prompts) == len(prompts):
+            break
+        if _finished(prompts) != done:
+            done, last_change = _finished(prompts), time.time()
+        now = time.time()
+        if now - last_change > STALL_S or now - begin > NOTEBOOK_S:
+            why = (f"no cell finished for {STALL_S} s" if now - last_change > STALL_S
+                   else f"still running after {NOTEBOOK_S} s")
+            raise AssertionError(_stuck(page, path, prompts, _kernel_state(url, token, rel), log_path, why))
         page.wait_for_timeout(500)
     page.wait_for_timeout(1000)
     shot = ARTIFACTS / f"{path.parent.name}_{path.stem}.png"
@@ -141,7 +244,6 @@ def test_notebook_runs_in_jupyterlab(lab, path):
     if "ipywidgets" in source or "checklist(" in source or "explore_" in source or "Explorer(" in source:
         assert widgets.count() > 0, f"{rel}: no ipywidget rendered"
         _interact(page, rel)
-    page.close()
 
 
 def _interact(page, rel: str) -> None:
