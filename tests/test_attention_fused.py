@@ -70,7 +70,7 @@ def test_sdpa_functional_on_npu_uses_fused_kernel_when_asked():
     assert torch.ops.aten._fused_sdp_choice(q.npu(), q.npu(), q.npu(), dropout_p=0.1) == int(SDPBackend.MATH)
 
 
-@pytest.mark.parametrize("tiles", [(4, 32), (8, 128), (8, 7), (4, 256)])
+@pytest.mark.parametrize("tiles", [(4, 4), (2, 4), (4, 1), (1, 1)])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 3, 9), (37, 50, 29), (64, 64, 64), (130, 70, 300)])
 def test_matmul_tiles(tiles, shape):
     m, k, n = shape
@@ -80,6 +80,49 @@ def test_matmul_tiles(tiles, shape):
     out = np.empty((m, n), np.float32)
     mk.mm(a, b, out, tiles)
     np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m", [3, 40])  # below and above PACK_MIN_ROWS: row-by-row and packed kernels
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt", "sliced"])
+def test_matmul_any_operand_layout(m, layout):
+    """Operands of any strides: transposed views, column slices; nothing is assumed contiguous."""
+    rng = np.random.default_rng(2)
+    k, n = 33, 21
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    if layout in ("tn", "tt"):
+        a = np.ascontiguousarray(a.T).T
+    if layout in ("nt", "tt"):
+        b = np.ascontiguousarray(b.T).T  # like nn.Linear's weight.T
+    if layout == "sliced":
+        a = rng.standard_normal((m, 2 * k), dtype=np.float32)[:, ::2]
+        b = rng.standard_normal((k, n + 5), dtype=np.float32)[:, 2:n + 2]
+    out = np.empty((m, n), np.float32)
+    mk.mm(a, b, out, (4, 4))
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_packs_only_what_needs_it():
+    w = np.ones((6, 5), np.float32)  # nn.Linear weight (N, K): its transpose view needs no packing
+    assert np.shares_memory(mk.pack_rows(w.T.T), w)
+    packed = mk.pack_rows(w.T)
+    assert packed.flags.c_contiguous and np.array_equal(packed, w.T)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_matmul_other_dtypes(dtype):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-5, 5, (19, 23)).astype(dtype)
+    b = rng.integers(-5, 5, (23, 11)).astype(dtype)
+    for m in (2, 19):  # row-by-row and packed kernels
+        out = np.empty((m, 11), dtype)
+        mk.mm(a[:m], b, out)
+        np.testing.assert_array_equal(out, a[:m] @ b)
+
+
+def test_matmul_rejects_unknown_tiles():
+    with pytest.raises(ValueError, match="no matmul kernel for tiles"):
+        mk.source((8, 128))
 
 
 @pytest.mark.parametrize("epilogue", ["bias", "relu", "bias_relu"])
@@ -96,8 +139,8 @@ def test_matmul_epilogues(epilogue):
 
 
 def test_matmul_source_is_printable():
-    src = mk.source(8, "bias_relu")
-    assert "prange" in src and "max(v + bias[j0 + j], 0.0)" in src
+    src = mk.source((4, 4), "bias_relu")
+    assert "prange" in src and "max(v + bias[j], zero)" in src and "s3_3 += a3[kk] * w3[kk]" in src
 
 
 def test_large_matmul_parallel_path():

@@ -1,168 +1,293 @@
-"""Blocked, parallel matrix multiplication in numba.
+"""Register-blocked, parallel matrix multiplication in numba.
 
-``C = A @ B`` with ``A: (M, K)`` and ``B: (K, N)``, both row-major.
+``C = A @ B`` with ``A: (M, K)`` and ``B: (K, N)``. The kernel works on
+``A`` and ``W = B.T`` (shape ``(N, K)``), both *packed* so that each row is
+contiguous in ``K``: then every ``C[i, j]`` is a dot product of two contiguous
+rows, ``A[i, :]`` and ``W[j, :]``. An ``nn.Linear`` weight is already stored as
+``W``, so ``x @ weight.T`` packs nothing; other layouts are packed once by a
+blocked transpose (:func:`pack_rows`), as real GEMM libraries pack panels.
 
-The output is cut into tiles of ``TM`` rows by ``TN`` columns; the tiles are
-shared out across threads (``prange``). Inside a tile the kernel keeps the
-``TM x TN`` block of C in a small buffer that stays in L1 cache and walks K
-once: at each ``k`` it loads ``TM`` values of A, one contiguous stretch of a
-row of B, and updates ``TM`` rows of the buffer:
+The output is cut into *register tiles* of ``TM`` rows by ``TN`` columns, shared
+out across threads (``prange``). A tile keeps its ``TM x TN`` sums in local
+variables, which LLVM holds in vector registers, and walks ``K`` once:
 
-    for k:                      # one rank-1 update of the tile per k
-        a_0 .. a_{TM-1} = A[i0:i0+TM, k]
-        for j in tile columns:  # contiguous: LLVM emits SIMD fused multiply-adds
-            b = B[k, j]
-            c_0[j] += a_0 * b ... c_{TM-1}[j] += a_{TM-1} * b
+    for k:                              # contiguous in k: SIMD loads, fused multiply-adds
+        s_0_0 += a_0[k] * w_0[k]  ...  s_{TM-1}_{TN-1} += a_{TM-1}[k] * w_{TN-1}[k]
 
-Every B value loaded is used ``TM`` times and every A value ``TN`` times, which
-is what makes the kernel compute-bound instead of memory-bound. ``TM`` is
-unrolled in the generated source (one variant per ``TM``); ``TN`` is a runtime
-argument. Both are the *tile sizes* an autotuner picks per shape.
+Each ``A`` value loaded is used ``TN`` times and each ``W`` value ``TM`` times,
+so the kernel is limited by multiply-adds, not by loads: the sums never go to
+memory until the tile is done. (A tile of sums kept in a scratch buffer instead
+costs a load and a store per multiply-add.) Rows and columns left over when
+``TM`` or ``TN`` does not divide the matrix are the *edge*: one plain dot
+product per output value, about half the speed. ``TM`` and ``TN`` are unrolled
+in the generated source (one variant per pair); they are the *tile sizes* an
+autotuner picks per shape (``npu_lab.compiler.autotune``).
+
+Two shapes do not suit dot products: a short ``K`` (a dot product of ten
+values cannot fill vector registers), and a matrix with only a few rows when
+``B`` would have to be packed (the packing pass over ``B`` costs more than the
+product). For those the kernel takes ``B`` row by row (``mm_rows``): ``TM`` rows
+of ``C`` at a time, each updated by a scaled row of ``B`` per ``k`` (an *axpy*,
+vectorised along ``N``), in a scratch buffer of ``TM x 256`` values.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
+from numba import prange
 
 from . import codegen
 
 #: (TM, TN) used when no tuned choice exists for a shape.
-DEFAULT_TILES = (8, 128)
+DEFAULT_TILES = (4, 4)
 #: TM values with a generated kernel.
-TM_CHOICES = (4, 8)
+TM_CHOICES = (1, 2, 4)
+#: TN values with a generated kernel.
+TN_CHOICES = (1, 2, 4)
 #: Products with fewer multiply-adds than this run on one thread.
 PARALLEL_MIN_WORK = 1 << 18
+#: With fewer rows than this, ``B`` is not packed (the row-by-row kernel runs instead).
+PACK_MIN_ROWS = 16
+#: Dot products shorter than this leave vector registers idle: the row-by-row kernel runs instead.
+DOT_MIN_K = 48
+#: ... unless the output is narrower than this (then a row of B is too short to vectorise).
+ROWS_MIN_COLS = 16
+#: Columns of the row-by-row kernel's scratch buffer.
+ROWS_CHUNK = 256
 
 
-#: Epilogues fused into the final write of each tile: ``v`` is the product,
-#: ``bias`` a per-column vector. The compiler's linear+activation fusion uses them.
+#: Epilogues fused into the final write of each output value: ``v`` is the sum,
+#: ``bias`` a per-column vector, ``j`` the column. The compiler's linear+activation
+#: fusion uses them.
 EPILOGUES = {
     "none": "v",
-    "bias": "v + bias[j0 + j]",
-    "relu": "max(v, 0.0)",
-    "bias_relu": "max(v + bias[j0 + j], 0.0)",
+    "bias": "v + bias[j]",
+    "relu": "max(v, zero)",
+    "bias_relu": "max(v + bias[j], zero)",
 }
 
 
-def _source(tm: int, epilogue: str = "none") -> str:
-    rows = range(tm)
-    load_a = "; ".join(f"a{r} = a[i0 + {r}, kk]" for r in rows)
-    update = "; ".join(f"c{r}[j] += a{r} * b" for r in rows)
-    views = "; ".join(f"c{r} = c[{r}]" for r in rows)
-    body = f'''
-    nj = (n + tn - 1) // tn
-    ni = (m + {tm} - 1) // {tm}
-    for t in LOOP(ni * nj):
+def _tile_code(tm: int, tn: int, epilogue: str, indent: str, pre: str) -> str:
+    """Sums of one full TM x TN tile at (i0, j0); ``pre`` indexes the batch ("p, " or "")."""
+    rows, cols = range(tm), range(tn)
+    lines = [f"s{r}_{c} = zero" for r in rows for c in cols]
+    lines += [f"a{r} = a[{pre}i0 + {r}]" for r in rows]
+    lines += [f"w{c} = w[{pre}j0 + {c}]" for c in cols]
+    lines.append("for kk in range(k):")
+    lines += [f"    s{r}_{c} += a{r}[kk] * w{c}[kk]" for r in rows for c in cols]
+    for c in cols:
+        lines.append(f"j = j0 + {c}")
+        for r in rows:
+            lines.append(f"v = s{r}_{c}")
+            lines.append(f"out[{pre}i0 + {r}, j] = {EPILOGUES[epilogue]}")
+    return "\n".join(indent + line for line in lines)
+
+
+def _edge_code(epilogue: str, indent: str, pre: str) -> str:
+    """One output value (i, j) as a plain dot product."""
+    lines = ["v = zero", "ar = a[" + pre + "i]", "wr = w[" + pre + "j]", "for kk in range(k):",
+             "    v += ar[kk] * wr[kk]", f"out[{pre}i, j] = {EPILOGUES[epilogue]}"]
+    return "\n".join(indent + line for line in lines)
+
+
+def _source(tm: int, tn: int, epilogue: str = "none") -> str:
+    if tm not in TM_CHOICES or tn not in TN_CHOICES:
+        raise ValueError(f"no matmul kernel for tiles ({tm}, {tn}); TM in {TM_CHOICES}, TN in {TN_CHOICES}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"unknown matmul epilogue {epilogue!r}; choose from {list(EPILOGUES)}")
+    header = f'''"""Generated by npu_lab.kernels.matmul: register tiles TM={tm} x TN={tn}, epilogue {epilogue}.
+
+a: (M, K) and w: (N, K), rows contiguous; out[i, j] = epilogue(dot(a[i], w[j])).
+"""
+import numba
+import numpy as np
+from numba import prange
+
+_opts = dict(cache=True, nogil=True, fastmath=True, error_model="numpy", boundscheck=False)
+'''
+    fns = []
+    for name, loop in (("mm", "prange"), ("mm_serial", "range")):
+        fns.append(f'''@numba.njit(parallel={loop == "prange"}, **_opts)
+def {name}(a, w, out, bias, zero):
+    m, k = a.shape
+    n = w.shape[0]
+    ni = m // {tm}
+    nj = n // {tn}
+    for t in {loop}(ni * nj):          # full tiles
         i0 = (t // nj) * {tm}
-        j0 = (t % nj) * tn
+        j0 = (t % nj) * {tn}
+{_tile_code(tm, tn, epilogue, "        ", "")}
+    mf = ni * {tm}
+    nf = nj * {tn}
+    for i in {loop}(m):                # edge: columns right of the last full tile, rows below it
+        for j in range(nf if i < mf else 0, n):
+{_edge_code(epilogue, "            ", "")}
+''')
+    for name, loop in (("bmm", "prange"), ("bmm_serial", "range")):
+        fns.append(f'''@numba.njit(parallel={loop == "prange"}, **_opts)
+def {name}(a, w, out, bias, zero):
+    batch, m, k = a.shape
+    n = w.shape[1]
+    ni = m // {tm}
+    nj = n // {tn}
+    for tt in {loop}(batch * ni * nj):  # the batch joins the tiles in the parallel loop
+        p = tt // (ni * nj)
+        t = tt % (ni * nj)
+        i0 = (t // nj) * {tm}
+        j0 = (t % nj) * {tn}
+{_tile_code(tm, tn, epilogue, "        ", "p, ")}
+    mf = ni * {tm}
+    nf = nj * {tn}
+    for pi in {loop}(batch * m):
+        p = pi // m
+        i = pi % m
+        for j in range(nf if i < mf else 0, n):
+{_edge_code(epilogue, "            ", "p, ")}
+''')
+    fns += [_rows_source(tm, epilogue, "mm_rows", True), _rows_source(tm, epilogue, "mm_rows_serial", False)]
+    return header + "\n\n" + "\n\n".join(fns)
+
+
+def _rows_source(tm: int, epilogue: str, name: str, parallel: bool) -> str:
+    """The row-by-row (axpy) kernel: b is (K, N) with contiguous rows, nothing packed."""
+    rows = range(tm)
+    views = "; ".join(f"c{r} = c[{r}]" for r in rows)
+    load_a = "; ".join(f"a{r} = a[i0 + {r}, kk]" for r in rows)
+    update = "; ".join(f"c{r}[jj] += a{r} * bj" for r in rows)
+    loop = "prange" if parallel else "range"
+    return f'''@numba.njit(parallel={parallel}, **_opts)
+def {name}(a, b, out, bias, zero):
+    m, k = a.shape
+    n = b.shape[1]
+    nc = (n + {ROWS_CHUNK} - 1) // {ROWS_CHUNK}
+    ni = (m + {tm} - 1) // {tm}
+    for t in {loop}(ni * nc):
+        i0 = (t // nc) * {tm}
+        j0 = (t % nc) * {ROWS_CHUNK}
         mr = min({tm}, m - i0)
-        nr = min(tn, n - j0)
-        c = np.zeros(({tm}, tn), out.dtype)
+        nr = min({ROWS_CHUNK}, n - j0)
+        c = np.zeros(({tm}, {ROWS_CHUNK}), out.dtype)
         if mr == {tm}:
             {views}
             for kk in range(k):
                 {load_a}
-                brow = bt[kk, j0:j0 + nr]
-                for j in range(nr):
-                    b = brow[j]
+                brow = b[kk, j0:j0 + nr]
+                for jj in range(nr):
+                    bj = brow[jj]
                     {update}
         else:
             for kk in range(k):
                 for i in range(mr):
                     ai = a[i0 + i, kk]
-                    for j in range(nr):
-                        c[i, j] += ai * bt[kk, j0 + j]
+                    for jj in range(nr):
+                        c[i, jj] += ai * b[kk, j0 + jj]
         for i in range(mr):
-            for j in range(nr):
-                v = c[i, j]
-                out[i0 + i, j0 + j] = EPILOGUE
-'''.replace("EPILOGUE", EPILOGUES[epilogue])
-    header = f'''"""Generated by npu_lab.kernels.matmul: tiled matmul, TM={tm}, epilogue {epilogue}."""
-import numba
-import numpy as np
-from numba import prange
-
-_opts = dict(cache=True, nogil=True, fastmath=True, error_model="numpy")
+            for jj in range(nr):
+                v = c[i, jj]
+                j = j0 + jj
+                out[i0 + i, j] = {EPILOGUES[epilogue]}
 '''
-    fns = []
-    for name, parallel in (("mm", True), ("mm_serial", False)):
-        loop = "prange" if parallel else "range"
-        fns.append(
-            f"@numba.njit(parallel={parallel}, **_opts)\n"
-            f"def {name}(a, bt, out, tn, bias):\n"
-            f"    m, k = a.shape\n"
-            f"    n = bt.shape[1]\n" + body.replace("LOOP", loop)
-        )
-    # batched: the batch joins the tiles in the parallel loop
-    bbody = body.replace("LOOP(ni * nj)", "prange(batch * ni * nj)")
-    bbody = bbody.replace("    for t in prange(batch * ni * nj):\n",
-                          "    for tt in prange(batch * ni * nj):\n        p = tt // (ni * nj)\n"
-                          "        t = tt % (ni * nj)\n")
-    bbody = (bbody.replace("a[i0", "a[p, i0").replace("bt[kk", "bt[p, kk")
-             .replace("out[i0", "out[p, i0")
-             .replace("bt[kk, j0:j0 + nr]", "bt[p, kk, j0:j0 + nr]"))
-    fns.append(
-        "@numba.njit(parallel=True, **_opts)\n"
-        "def bmm(a, bt, out, tn, bias):\n"
-        "    batch, m, k = a.shape\n"
-        "    n = bt.shape[2]\n" + bbody
-    )
-    return header + "\n\n" + "\n\n".join(fns)
 
 
-_modules: dict[tuple[int, str], object] = {}
-_NO_BIAS = np.zeros(1, dtype=np.float32)
+_modules: dict[tuple[int, int, str], object] = {}
 
 
-def module(tm: int, epilogue: str = "none"):
-    """The generated kernel module for tile height ``tm`` (compiled once, cached)."""
-    key = (tm, epilogue)
+def module(tm: int, tn: int, epilogue: str = "none"):
+    """The generated kernel module for register tiles ``tm x tn`` (compiled once, cached on disk)."""
+    key = (tm, tn, epilogue)
     mod = _modules.get(key)
     if mod is None:
-        if tm not in TM_CHOICES:
-            raise ValueError(f"no matmul kernel for TM={tm}; choose from {TM_CHOICES}")
-        if epilogue not in EPILOGUES:
-            raise ValueError(f"unknown matmul epilogue {epilogue!r}; choose from {list(EPILOGUES)}")
-        mod = _modules[key] = codegen.load_module(_source(tm, epilogue), f"matmul_tm{tm}_{epilogue}")
+        mod = _modules[key] = codegen.load_module(_source(tm, tn, epilogue), f"matmul_{tm}x{tn}_{epilogue}")
     return mod
 
 
-def source(tm: int = DEFAULT_TILES[0], epilogue: str = "none") -> str:
-    """The generated numba source of the matmul kernels for tile height ``tm``."""
-    return _source(tm, epilogue)
+def source(tiles: tuple[int, int] = DEFAULT_TILES, epilogue: str = "none") -> str:
+    """The generated numba source of the matmul kernels for register tiles ``(TM, TN)``."""
+    return _source(*tiles, epilogue)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def _transpose_into(src, dst):  # pragma: no cover - compiled
+    """dst[j, i] = src[i, j], in 8 x 8 blocks so both sides stay in cache."""
+    m, n = src.shape
+    for j0 in range(0, n, 8):
+        for i0 in range(0, m, 8):
+            for j in range(j0, min(j0 + 8, n)):
+                for i in range(i0, min(i0 + 8, m)):
+                    dst[j, i] = src[i, j]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
+def _transpose_into_parallel(src, dst):  # pragma: no cover - compiled
+    """The same, with the blocks of 8 columns shared out across threads."""
+    m, n = src.shape
+    for jb in prange((n + 7) // 8):
+        j0 = jb * 8
+        for i0 in range(0, m, 8):
+            for j in range(j0, min(j0 + 8, n)):
+                for i in range(i0, min(i0 + 8, m)):
+                    dst[j, i] = src[i, j]
+
+
+#: Matrices with at least this many values are transposed by all threads.
+PARALLEL_MIN_TRANSPOSE = 1 << 16
+
+
+def pack_rows(x: np.ndarray) -> np.ndarray:
+    """``x`` (2-D or batched 3-D) with C-contiguous rows: itself when it is, else a packed copy.
+
+    A transposed view of a contiguous matrix (the common case: ``weight.T``,
+    ``grad.T``) is packed by a blocked transpose; anything else by NumPy.
+    """
+    if x.flags.c_contiguous:
+        return x
+    if x.ndim == 2 and x.T.flags.c_contiguous and x.dtype.kind in "fiu":
+        out = np.empty(x.shape, x.dtype)
+        (_transpose_into_parallel if x.size >= PARALLEL_MIN_TRANSPOSE else _transpose_into)(x.T, out)
+        return out
+    return np.ascontiguousarray(x)
+
+
+_ZEROS: dict[np.dtype, object] = {}
+_NO_BIAS: dict[np.dtype, np.ndarray] = {}
+
+
+def _zero(dtype: np.dtype):
+    z = _ZEROS.get(dtype)
+    if z is None:
+        z = _ZEROS[dtype] = np.zeros(1, dtype)[0]
+    return z
+
+
+def _no_bias(dtype: np.dtype) -> np.ndarray:
+    b = _NO_BIAS.get(dtype)
+    if b is None:
+        b = _NO_BIAS[dtype] = np.zeros(1, dtype)
+    return b
 
 
 def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
        epilogue: str = "none", bias: np.ndarray | None = None) -> None:
-    """out[:] = epilogue(a @ b) for C-contiguous 2-D arrays."""
-    tm, tn = tiles
-    mod = module(tm, epilogue)
+    """out[:] = epilogue(a @ b) for 2-D arrays of any strides (``out`` C-contiguous)."""
+    mod = module(*tiles, epilogue)
+    a = pack_rows(a)
     m, k = a.shape
     n = b.shape[1]
-    tn = min(tn, max(16, n))  # a tile wider than the matrix only costs a bigger scratch buffer
-    bias = _NO_BIAS.astype(out.dtype) if bias is None else bias
-    if m * n * k >= PARALLEL_MIN_WORK:
-        mod.mm(a, b, out, tn, bias)
+    bias = _no_bias(out.dtype) if bias is None else pack_rows(bias.reshape(-1))
+    parallel = m * n * k >= PARALLEL_MIN_WORK
+    if n >= ROWS_MIN_COLS and (k < DOT_MIN_K or (m < PACK_MIN_ROWS and not b.T.flags.c_contiguous)):
+        (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b), out, bias, _zero(out.dtype))
+    elif parallel:
+        mod.mm(a, pack_rows(b.T), out, bias, _zero(out.dtype))
     else:
-        mod.mm_serial(a, b, out, tn, bias)
+        mod.mm_serial(a, pack_rows(b.T), out, bias, _zero(out.dtype))
 
 
 def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES) -> None:
-    """out[p] = a[p] @ b[p] for C-contiguous 3-D arrays."""
-    tm, tn = tiles
-    tn = min(tn, max(16, b.shape[2]))
-    module(tm).bmm(a, b, out, tn, _NO_BIAS.astype(out.dtype))
-
-
-def _tiles(tm: int, tn: int) -> tuple[int, int]:
-    return (tm if tm in TM_CHOICES else DEFAULT_TILES[0], tn)
-
-
-def mm_nn(a: np.ndarray, b: np.ndarray, out: np.ndarray, tm: int = 8, tn: int = 128, *_: int) -> None:
-    """out[:] = a @ b (row-major a and b)."""
-    mm(np.ascontiguousarray(a), np.ascontiguousarray(b), out, _tiles(tm, tn))
-
-
-def mm_nt(a: np.ndarray, bt: np.ndarray, out: np.ndarray, tm: int = 8, tn: int = 128, *_: int) -> None:
-    """out[:] = a @ bt.T where ``bt`` is (N, K) row-major (an ``nn.Linear`` weight)."""
-    mm(np.ascontiguousarray(a), np.ascontiguousarray(bt.T), out, _tiles(tm, tn))
+    """out[p] = a[p] @ b[p] for 3-D arrays of any strides (``out`` C-contiguous)."""
+    a = np.ascontiguousarray(a)
+    w = np.ascontiguousarray(b.transpose(0, 2, 1))
+    mod = module(*tiles)
+    run = mod.bmm if a.shape[0] * a.shape[1] * a.shape[2] * w.shape[1] >= PARALLEL_MIN_WORK else mod.bmm_serial
+    run(a, w, out, _no_bias(out.dtype), _zero(out.dtype))

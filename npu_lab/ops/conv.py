@@ -73,7 +73,7 @@ def conv_traffic(n: int, ho: int, wo: int, c: int, kh: int, kw: int, o: int, ite
 def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
     m, k = a.shape
-    mk.mm(np.ascontiguousarray(a), np.ascontiguousarray(b), out, tiles.get((m, b.shape[1], k), tiles["default"]))
+    mk.mm(a, b, out, tiles.get((m, b.shape[1], k), tiles["default"]))  # the kernel packs what it needs
     return out
 
 
@@ -94,7 +94,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     result = np.empty((n * ho * wo, o), dtype=x.dtype)
     for g in range(groups):
         cols = _cols(np.ascontiguousarray(x[:, g * cg:(g + 1) * cg]), kh, kw, stride, padding, dilation, ho, wo)
-        result[:, g * og:(g + 1) * og] = _mm(cols, np.ascontiguousarray(wt[g * og:(g + 1) * og].T))
+        result[:, g * og:(g + 1) * og] = _mm(cols, wt[g * og:(g + 1) * og].T)
     if bias is not None:
         result += as_array(bias).reshape(1, o)
     out = empty((n, o, ho, wo), input.dtype)
@@ -122,7 +122,7 @@ def convolution_backward(grad_output, input, weight, stride, padding, dilation, 
     if output_mask[0]:
         gx = np.empty((n, c, h, wd), dtype=x.dtype)
         for g in range(groups):
-            dcols = _mm(np.ascontiguousarray(gy[:, g * og:(g + 1) * og]), np.ascontiguousarray(wt[g * og:(g + 1) * og]))
+            dcols = _mm(gy[:, g * og:(g + 1) * og], wt[g * og:(g + 1) * og])
             part = np.empty((n, cg, h, wd), dtype=x.dtype)
             ck.col2im(dcols, n, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
                       dilation[0], dilation[1], ho, wo, part)
@@ -133,7 +133,7 @@ def convolution_backward(grad_output, input, weight, stride, padding, dilation, 
         gw = np.empty((o, cg * kh * kw), dtype=x.dtype)
         for g in range(groups):
             cols = _cols(np.ascontiguousarray(x[:, g * cg:(g + 1) * cg]), kh, kw, stride, padding, dilation, ho, wo)
-            gw[g * og:(g + 1) * og] = _mm(np.ascontiguousarray(gy[:, g * og:(g + 1) * og].T), cols)
+            gw[g * og:(g + 1) * og] = _mm(gy[:, g * og:(g + 1) * og].T, cols)
         grad_weight = empty(weight.shape, weight.dtype)
         as_array(grad_weight)[...] = gw.reshape(weight.shape)
     if output_mask[2]:

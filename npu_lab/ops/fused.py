@@ -24,7 +24,7 @@ import torch
 from ..kernels import matmul as mk
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .conv import conv_traffic
-from .linalg import _contig, tiles
+from .linalg import tiles
 
 
 @torch.library.custom_op("npu::linear_relu", mutates_args=(), device_types="npu")
@@ -32,17 +32,16 @@ def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     """relu(x @ weight.T + bias) with the bias and ReLU fused into the matmul."""
     check_same_device("npu::linear_relu", x, weight, bias)
     lead = x.shape[:-1]
-    x2 = _contig(x.reshape(-1, x.shape[-1]))
+    x2 = x.reshape(-1, x.shape[-1])
     m, k = x2.shape
     n = weight.shape[0]
     out = empty((m, n), x.dtype)
-    wt = _contig(weight.t())
+    wt = as_array(weight).T  # (K, N) view: the kernel reads the weight's rows, nothing is copied
     if bias is not None:
-        mk.mm(as_array(x2), as_array(wt), as_array(out), tiles.get((m, n, k), tiles["default"]),
-              epilogue="bias_relu", bias=as_array(_contig(bias)))
+        mk.mm(as_array(x2), wt, as_array(out), tiles.get((m, n, k), tiles["default"]),
+              epilogue="bias_relu", bias=as_array(bias))
     else:
-        mk.mm(as_array(x2), as_array(wt), as_array(out), tiles.get((m, n, k), tiles["default"]),
-              epilogue="relu")
+        mk.mm(as_array(x2), wt, as_array(out), tiles.get((m, n, k), tiles["default"]), epilogue="relu")
     launch("linear_relu", 2.0 * m * n * k + 2.0 * m * n, nbytes(x) + nbytes(weight), nbytes(out))
     return out.reshape(*lead, n)
 

@@ -91,7 +91,7 @@ def _run_conv_nhwc(x: torch.Tensor, weight_rows: np.ndarray, bias: np.ndarray | 
             cols = np.empty((m, k), dtype=xa.dtype)
             nk.im2col_nhwc(xa, g * cg, cg, kh, kw, stride[0], stride[1], padding[0], padding[1],
                            dilation[0], dilation[1], ho, wo, cols)
-        wt = np.ascontiguousarray(weight_rows[g * og:(g + 1) * og].T)  # (K, og)
+        wt = weight_rows[g * og:(g + 1) * og].T  # (K, og): the kernel reads weight rows as they are
         b = np.ascontiguousarray(bias[g * og:(g + 1) * og]) if bias is not None else None
         target = out2d if groups == 1 else np.empty((m, og), dtype=xa.dtype)
         mk.mm(cols, wt, target, tiles.get((m, og, k), tiles["default"]), epilogue=epilogue, bias=b)

@@ -20,14 +20,6 @@ from .registry import register
 tiles = {"default": mk.DEFAULT_TILES}
 
 
-def _contig(t: torch.Tensor) -> torch.Tensor:
-    if t.is_contiguous():
-        return t
-    c = empty(t.shape, t.dtype)
-    device_copy(c, t)
-    return c
-
-
 def _check_mm(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
     check_same_device(f"aten::{op}", a, b)
     if a.dim() != 2:
@@ -54,7 +46,8 @@ def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
         if k == 0:
             c[...] = 0
         else:
-            mk.mm(as_array(_contig(a)), as_array(_contig(b)), c, tiles.get((m, n, k), tiles["default"]))
+            # any strides: the kernel packs an operand only when its layout needs it
+            mk.mm(as_array(a), as_array(b), c, tiles.get((m, n, k), tiles["default"]))
     launch("mm", 2.0 * m * n * k, nbytes(a) + nbytes(b), nbytes(out))
     return out
 
@@ -98,8 +91,8 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     if beta == 1 and alpha == 1 and self.dtype == mat1.dtype and tuple(self.shape) in ((n,), (1, n)) and m and n and k:
         # nn.Linear's case: the bias add is fused into the matmul's final write (an epilogue)
         out = empty((m, n), mat1.dtype)
-        mk.mm(as_array(_contig(mat1)), as_array(_contig(mat2)), as_array(out),
-              tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(_contig(self)).reshape(n))
+        mk.mm(as_array(mat1), as_array(mat2), as_array(out),
+              tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(self).reshape(n))
         launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out))
         return out
     prod = mm(mat1, mat2)
@@ -148,7 +141,7 @@ def bmm(self, mat2):
         if k == 0:
             c[...] = 0
         else:
-            mk.bmm(as_array(_contig(self)), as_array(_contig(mat2)), c, tiles["default"])
+            mk.bmm(as_array(self), as_array(mat2), c, tiles["default"])
     launch("bmm", 2.0 * bsz * m * n * k, nbytes(self) + nbytes(mat2), nbytes(out))
     return out
 
