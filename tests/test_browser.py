@@ -38,8 +38,9 @@ NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress
-# Chromium's own background traffic only meets refused connections on a closed network.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+# Chromium's own background traffic only meets refused connections on a closed network; containers
+# often give /dev/shm 64 MB, too little for a long notebook page (the tab crashes), hence /tmp.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 CHROMIUM = os.environ.get("NPU_LAB_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
