@@ -23,8 +23,20 @@ for _ in $(seq 1 900); do
   if ! kill -0 "$lab_pid" 2>/dev/null; then echo "fresh-machine check: ./run lab exited" >&2; tail -20 lab.log >&2; exit 1; fi
   sleep 1
 done
-curl -sf "http://127.0.0.1:$port/lab?token=fresh-check" | grep -q "JupyterLab" \
-  || { echo "fresh-machine check: JupyterLab did not answer" >&2; tail -20 lab.log >&2; exit 1; }
+# The server may answer /api/status a moment before it serves the page: ask a few times, and on
+# failure say what came back (HTTP status, first bytes) beside the server's log.
+served=0
+for _ in $(seq 1 30); do
+  code="$(curl -sL -o lab.html -w '%{http_code}' "http://127.0.0.1:$port/lab?token=fresh-check" || true)"
+  if [ "$code" = 200 ] && grep -q "JupyterLab" lab.html; then served=1; break; fi
+  sleep 1
+done
+if [ "$served" != 1 ]; then
+  echo "fresh-machine check: JupyterLab did not serve its page (last HTTP status: ${code:-none})" >&2
+  head -c 300 lab.html >&2 2>/dev/null || true
+  tail -20 lab.log >&2
+  exit 1
+fi
 echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)) s"
 kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
 
