@@ -249,22 +249,16 @@ def pack_rows(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
-_ZEROS: dict[np.dtype, object] = {}
-_NO_BIAS: dict[np.dtype, np.ndarray] = {}
+_ZEROS: dict[np.dtype, np.ndarray] = {}
 
 
-def _zero(dtype: np.dtype):
+def _zeros(dtype: np.dtype) -> np.ndarray:
+    """A cached one-value zero array: the ``bias`` of a product without one, and (``[0]``) the
+    typed zero the kernels start their sums from."""
     z = _ZEROS.get(dtype)
     if z is None:
-        z = _ZEROS[dtype] = np.zeros(1, dtype)[0]
+        z = _ZEROS[dtype] = np.zeros(1, dtype)
     return z
-
-
-def _no_bias(dtype: np.dtype) -> np.ndarray:
-    b = _NO_BIAS.get(dtype)
-    if b is None:
-        b = _NO_BIAS[dtype] = np.zeros(1, dtype)
-    return b
 
 
 def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
@@ -274,20 +268,20 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
     a = pack_rows(a)
     m, k = a.shape
     n = b.shape[1]
-    bias = _no_bias(out.dtype) if bias is None else pack_rows(bias.reshape(-1))
+    zeros = _zeros(out.dtype)
+    bias = zeros if bias is None else pack_rows(bias.reshape(-1))
     parallel = m * n * k >= PARALLEL_MIN_WORK
     if n >= ROWS_MIN_COLS and (k < DOT_MIN_K or (m < PACK_MIN_ROWS and not b.T.flags.c_contiguous)):
-        (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b), out, bias, _zero(out.dtype))
-    elif parallel:
-        mod.mm(a, pack_rows(b.T), out, bias, _zero(out.dtype))
+        (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b), out, bias, zeros[0])
     else:
-        mod.mm_serial(a, pack_rows(b.T), out, bias, _zero(out.dtype))
+        (mod.mm if parallel else mod.mm_serial)(a, pack_rows(b.T), out, bias, zeros[0])
 
 
 def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES) -> None:
     """out[p] = a[p] @ b[p] for 3-D arrays of any strides (``out`` C-contiguous)."""
-    a = np.ascontiguousarray(a)
-    w = np.ascontiguousarray(b.transpose(0, 2, 1))
+    a = pack_rows(a)
+    w = pack_rows(b.transpose(0, 2, 1))
     mod = module(*tiles)
     run = mod.bmm if a.shape[0] * a.shape[1] * a.shape[2] * w.shape[1] >= PARALLEL_MIN_WORK else mod.bmm_serial
-    run(a, w, out, _no_bias(out.dtype), _zero(out.dtype))
+    zeros = _zeros(out.dtype)
+    run(a, w, out, zeros, zeros[0])
