@@ -11,12 +11,11 @@ import os
 from collections.abc import Callable
 
 import torch
-from timing import best_of, freeze_startup_heap
+from timing import best_of, freeze_startup_heap, interleaved
 
 import npu_lab
 from npu_lab import models
 from npu_lab.device import clock
-from npu_lab.device.memory import memory
 
 
 def chain(x: torch.Tensor) -> torch.Tensor:
@@ -88,45 +87,71 @@ def fused_reductions(n: int = 4_000_000) -> None:
     fused_reduction(f"softmax by hand, {rows} rows x 1024", softmax_by_hand, (x[: rows * 1024].view(rows, 1024),))
 
 
-def _counters() -> tuple[int, int]:
-    c = clock.clock(0)
-    tr = memory(0).counters.transfers
-    return c.launches, tr.device_to_device_bytes
-
-
 def training_step(name: str, make: Callable[[], torch.nn.Module], batch: int) -> None:
-    def stepper(compiled: bool) -> Callable[[], float]:
+    """One SGD-with-momentum step three ways, timed in alternating rounds.
+
+    * eager: the model, the loss and ``opt.step()`` as PyTorch runs them;
+    * compiled model: ``torch.compile(model)``, loss and optimizer eager;
+    * compiled step: ``torch.compile`` of the model with its loss, and of
+      ``opt.step`` (the recipe PyTorch recommends for compiling optimizers).
+    """
+
+    def stepper(mode: str) -> Callable[[], float]:
         torch.manual_seed(0)
         model = make().npu()
-        fn = torch.compile(model, backend="npu") if compiled else model
         x, y = models.example_batch(model, batch, "npu")
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
+        def forward_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return models.loss_fn(model, model(x), y)
+
+        forward, update = forward_loss, opt.step
+        if mode == "compiled model":
+            compiled = torch.compile(model, backend="npu")
+
+            def forward(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                return models.loss_fn(model, compiled(x), y)
+        elif mode == "compiled step":
+            forward, update = torch.compile(forward_loss, backend="npu"), torch.compile(opt.step, backend="npu")
+
         def step() -> float:
             opt.zero_grad()
-            loss = models.loss_fn(model, fn(x), y)
+            loss = forward(x, y)
             loss.backward()
-            opt.step()
+            update()
             return loss.item()
 
         return step
 
-    eager, comp = stepper(False), stepper(True)
-    t_eager = best_of(eager)
-    t_comp = best_of(comp)
-    stats = {}
-    for label, step in (("eager", eager), ("compiled", comp)):
-        launches0 = clock.clock(0).launches
-        cost0 = clock.clock(0).now(0)
-        step()
-        torch.npu.synchronize()
-        stats[label] = (clock.clock(0).launches - launches0, clock.clock(0).now(0) - cost0)
-    print(f"{name}: compiled {t_comp * 1e3:7.2f} ms, eager {t_eager * 1e3:7.2f} ms -> "
-          f"{t_eager / t_comp:4.2f}x (goal >= 1.5x)")
-    print(f"  kernel launches per step: eager {stats['eager'][0]}, compiled {stats['compiled'][0]}; "
-          f"simulated device time: eager {stats['eager'][1]:.0f} us, compiled {stats['compiled'][1]:.0f} us")
+    steps = {mode: stepper(mode) for mode in ("eager", "compiled model", "compiled step")}
+    losses = {mode: [step() for _ in range(3)] for mode, step in steps.items()}
+    for mode in ("compiled model", "compiled step"):  # the same three losses as eager
+        torch.testing.assert_close(losses[mode], losses["eager"], rtol=1e-4, atol=1e-5)
+    times = interleaved(steps, rounds=30)
+    counts = {}
+    moved = [0]
 
+    def count_bytes(rec: clock.KernelRecord) -> None:  # every kernel's reads and writes
+        moved[0] += rec.bytes_read + rec.bytes_written
 
+    clock.listeners.append(count_bytes)
+    try:
+        for mode, step in steps.items():
+            launches0, cost0, moved[0] = clock.clock(0).launches, clock.clock(0).now(0), 0
+            step()
+            torch.npu.synchronize()
+            counts[mode] = (clock.clock(0).launches - launches0, clock.clock(0).now(0) - cost0, moved[0])
+    finally:
+        clock.listeners.remove(count_bytes)
+    eager_min, eager_med = times["eager"]
+    print(f"{name} (SGD with momentum; fastest / median of 30 alternating rounds):")
+    for mode, (fastest, median) in times.items():
+        launches, sim_us, moved = counts[mode]
+        ratio = "" if mode == "eager" else (f" -> {eager_min / fastest:4.2f}x fastest, "
+                                             f"{eager_med / median:4.2f}x median (goal >= 1.5x)")
+        print(f"  {mode:15s} {fastest * 1e3:6.2f} / {median * 1e3:6.2f} ms{ratio}")
+        print(f"  {'':15s} {launches} kernel launches, {moved / 1e6:.2f} MB read and written by kernels, "
+              f"{sim_us:.0f} us simulated device time")
 
 
 def main() -> None:

@@ -172,3 +172,21 @@ def test_conv_bn_relu_folds_batch_norm_for_inference(relu, groups):
     result = opcheck(torch.ops.npu.conv_bn_relu, (*args, bn.eps, [2, 2], [1, 1], [1, 1], groups, relu),
                      test_utils=("test_schema", "test_faketensor"))
     assert all(v == "SUCCESS" for v in result.values())
+
+
+def test_fused_attention_reads_strided_heads_in_place():
+    """Heads split off a projection by reshape+transpose are read where they lie: one launch, no copies."""
+    from npu_lab.device import clock
+
+    torch.manual_seed(0)
+    proj = torch.randn(3, 7, 3 * 8)
+    q, k, v = (z.reshape(3, 7, 2, 4).transpose(1, 2) for z in proj.split(8, dim=-1))
+    qn, kn, vn = (z.reshape(3, 7, 2, 4).transpose(1, 2) for z in proj.npu().split(8, dim=-1))
+    assert not qn.is_contiguous()
+    before = clock.clock(0).launches
+    out, lse = torch.ops.npu.fused_attention(qn, kn, vn, None, True, None)
+    assert clock.clock(0).launches - before == 1
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse.cpu(), torch.logsumexp((q @ k.transpose(-1, -2) / 2).masked_fill(
+        torch.ones(7, 7, dtype=torch.bool).triu(1), float("-inf")), -1), rtol=1e-5, atol=1e-5)

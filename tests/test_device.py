@@ -128,3 +128,16 @@ def test_jit_trace_on_npu_warns_only_about_the_users_own_code():
     assert [w.filename for w in tracer] == [__file__], [(w.filename, str(w.message)[:60]) for w in tracer]
     assert "aten::numel" not in str(traced.graph)
     assert traced(-torch.ones(3, device="npu")).cpu().tolist() == [0.0, 0.0, 0.0]  # the frozen relu branch
+
+
+def test_backward_runs_on_the_calling_thread():
+    """npu_lab routes the npu's backward to the caller's thread (one OpenMP team, not two)."""
+    import threading
+
+    seen = []
+    x = torch.randn(4, device="npu", requires_grad=True)
+    x.register_hook(lambda g: seen.append(threading.current_thread() is threading.main_thread()))
+    (x * 2).sum().backward()
+    assert seen == [True]
+    torch.testing.assert_close(x.grad.cpu(), torch.full((4,), 2.0))
+    assert not torch.autograd.is_multithreading_enabled()

@@ -1,4 +1,4 @@
-"""The vectorisable float32 exp/tanh/sigmoid that generated kernels call, against PyTorch's CPU."""
+"""The vectorisable float32 exp/tanh/sigmoid/erf that generated kernels call, against PyTorch's CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from npu_lab.kernels.fast_math import fast_exp, fast_sigmoid, fast_tanh
+from npu_lab.kernels.fast_math import fast_erf, fast_exp, fast_sigmoid, fast_tanh
 
 SPECIAL = [math.nan, math.inf, -math.inf, 0.0, -0.0, 1e-30, -1e-30, 0.624, -0.626, 9.5, -20.0,
            88.7, 88.8, -87.3, -100.0, -104.0, 1e-8]
@@ -87,3 +87,50 @@ def test_a_loop_calling_them_vectorises():
     llvm = next(iter(kernel.inspect_llvm().values()))
     assert "x float>" in llvm  # vector-of-float instructions such as <4 x float> / <8 x float>
     assert "@expf" not in llvm and "@tanhf" not in llvm
+
+
+@numba.njit(cache=True)
+def _erf(x, out):
+    for i in range(x.shape[0]):
+        out[i] = fast_erf(x[i])
+
+
+def test_float32_erf_close_to_torch_and_exact_at_the_edges():
+    x = _inputs(np.float32)
+    out = np.empty_like(x)
+    _erf(x, out)
+    want = torch.erf(torch.from_numpy(x)).numpy()
+    assert np.array_equal(np.isnan(out), np.isnan(want))
+    finite = ~np.isnan(want)
+    # absolute error below 5e-7 everywhere (GELU multiplies it by x/2); +-1 exactly in the tails
+    assert np.max(np.abs(out[finite].astype(np.float64) - want[finite])) < 5e-7
+    tails = np.abs(x) >= 4
+    np.testing.assert_array_equal(out[tails], np.sign(x[tails]))
+    small = np.abs(x) < 1e-3  # erf(x) ~ 2x/sqrt(pi) near zero: relative accuracy there too
+    np.testing.assert_allclose(out[small & (x != 0)], want[small & (x != 0)], rtol=2e-6)
+
+
+def test_float64_erf_is_libm():
+    x = _inputs(np.float64)
+    out = np.empty_like(x)
+    _erf(x, out)
+    np.testing.assert_allclose(out, torch.erf(torch.from_numpy(x)).numpy(), rtol=1e-14, atol=0)
+
+
+def test_gelu_kernels_vectorise_in_float32():
+    from npu_lab.kernels.scalar_math import gelu_erf, gelu_erf_grad
+
+    @numba.njit(error_model="numpy")
+    def kernel(g, x, out):
+        for i in range(x.shape[0]):
+            out[i] = gelu_erf(x[i]) + gelu_erf_grad(g[i], x[i])
+
+    x = np.linspace(-5, 5, 64).astype(np.float32)
+    out = np.empty_like(x)
+    kernel(x, x, out)
+    llvm = next(iter(kernel.inspect_llvm().values()))
+    assert "x float>" in llvm and "@erf" not in llvm  # vector code, no libm erf call per element
+    xt = torch.from_numpy(x).requires_grad_()
+    ref = torch.nn.functional.gelu(xt)
+    (gx,) = torch.autograd.grad(ref, xt, torch.from_numpy(x))
+    np.testing.assert_allclose(out, (ref + gx).detach().numpy(), rtol=1e-5, atol=2e-6)

@@ -181,3 +181,20 @@ def test_temporaries_are_not_reused_while_a_kernel_reads_them():
     (qc @ qc.transpose(-1, -2)).sum().backward()
     (qn @ qn.transpose(-1, -2)).sum().backward()
     torch.testing.assert_close(qn.grad.cpu(), qc.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,dims", [((128, 96), (0,)), ((4, 5, 600), (0, 1)), ((7, 3, 2), (0,)),
+                                        ((3, 1100), (-2,))])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_and_mean_over_leading_dims(shape, dims, keepdim):
+    """The column-sum kernel (bias gradients) against the CPU, without a transposed copy."""
+    from npu_lab.device import clock
+
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    xn = x.npu()
+    before = clock.clock(0).launches
+    got = xn.sum(dims, keepdim=keepdim)
+    assert clock.clock(0).launches - before == 1
+    torch.testing.assert_close(got.cpu(), x.sum(dims, keepdim=keepdim), rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(xn.mean(dims, keepdim=keepdim).cpu(), x.mean(dims, keepdim=keepdim),
+                               rtol=1e-5, atol=1e-5)

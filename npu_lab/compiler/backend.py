@@ -3,10 +3,14 @@
 1. **Dynamo** hands the backend an FX graph of torch-level calls and example inputs.
    If every input is a CPU tensor, the backend inserts copies to ``npu`` at the
    start and back to the CPU at the end (parameters included: keep models on
-   ``npu`` to avoid paying that on every call). The attention rewrite runs here.
+   ``npu`` to avoid paying that on every call). Two passes run on this
+   torch-level graph: the attention rewrite, and foreach expansion
+   (an optimizer's ``torch._foreach_*`` calls become per-parameter calls).
 2. **AOTAutograd** traces the graph down to ATen operators, splits it into a
    forward and a backward graph (or one inference graph), and decomposes
-   operators the NPU has no kernel for into ones it has.
+   operators the NPU has no kernel for into ones it has. In-place updates of
+   inputs in an inference graph (``optimizer.step()``) stay in the graph as
+   ``copy_`` nodes (``keep_inference_input_mutations``).
 3. Each ATen graph goes through the **passes** (:mod:`npu_lab.compiler.passes`),
    each recorded for inspection, then runs as an FX ``GraphModule`` whose nodes
    are NPU kernels: ATen operators dispatched to the npu device, fused
@@ -32,6 +36,7 @@ from ..ops.registry import CLAIMED
 from . import autotune, custom_passes
 from .config import CompilerConfig, config
 from .passes import PIPELINE
+from .passes.foreach_expansion import expand_foreach
 from .passes.pattern_fusion import fuse_attention
 from .record import CompileRecord, GraphRecord, PassSnapshot, history
 
@@ -137,7 +142,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
         gm = _move_to_npu(gm)
         record.moved_from_cpu = True
     if cfg.pattern_fusion:
-        fuse_attention(gm)
+        record.dynamo_changes += fuse_attention(gm)
+    if cfg.foreach_expansion:
+        record.dynamo_changes += expand_foreach(gm)
 
     def make(kind: str):
         def compiler(graph: torch.fx.GraphModule, inputs: Sequence[object]):
@@ -151,6 +158,9 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
         bw_compiler=make("backward"),
         inference_compiler=make("inference"),
         decompositions=decompositions(),
+        # In-place updates of graph inputs (an optimizer's parameters) stay in the graph as
+        # ``copy_`` nodes, which pointwise fusion turns into kernels writing in place.
+        keep_inference_input_mutations=True,
     )(gm, example_inputs)
 
 

@@ -21,6 +21,8 @@ class CompilerConfig:
         constant_folding: evaluate nodes that depend only on constants at compile time.
         pattern_fusion: rewrite known patterns to fused NPU kernels (mm+add -> addmm,
             addmm+relu -> npu.linear_relu, attention -> npu.fused_attention).
+        foreach_expansion: split an optimizer's ``torch._foreach_*`` calls into one call
+            per tensor, so each parameter's update can fuse into one kernel.
         layout: run chains of convolutions channels-last (NHWC) where that saves more data
             movement than the layout conversions cost (inference graphs only).
         pointwise_fusion: merge chains of elementwise operators into one generated kernel.
@@ -32,6 +34,7 @@ class CompilerConfig:
     dead_code_elimination: bool = True
     constant_folding: bool = True
     pattern_fusion: bool = True
+    foreach_expansion: bool = True
     layout: bool = True
     pointwise_fusion: bool = True
     memory_planning: bool = True

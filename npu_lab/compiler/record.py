@@ -56,6 +56,8 @@ class CompileRecord:
     options: dict
     graphs: list[GraphRecord] = field(default_factory=list)
     moved_from_cpu: bool = False
+    #: what the passes on the torch-level graph changed (attention rewrite, foreach expansion)
+    dynamo_changes: list[str] = field(default_factory=list)
 
     def graph(self, kind: str) -> GraphRecord:
         for g in self.graphs:

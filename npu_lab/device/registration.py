@@ -49,4 +49,22 @@ def register() -> None:
     from . import serialization
 
     serialization.install()
+    run_backward_on_calling_thread()
     _registered = True
+
+
+def run_backward_on_calling_thread() -> None:
+    """Make ``loss.backward()`` run the npu's backward kernels on the thread that calls it.
+
+    Autograd gives every accelerator its own worker thread, so that a CUDA
+    backward can keep queueing kernels while the caller waits. The simulated
+    npu runs its kernels synchronously on the host, and its numba kernels use
+    an OpenMP thread team *per calling thread*: a second team for autograd's
+    thread competed for the same cores with the first team's spinning workers,
+    and made a training step's backward matmuls about twice as slow (2 cores,
+    torch 2.13). ``torch.autograd.set_multithreading_enabled(False)`` routes
+    the backward to the caller's thread instead. It is thread-local, so it
+    applies to the thread that imported npu_lab (a notebook's kernel thread);
+    call this function again from another thread that trains on the npu.
+    """
+    torch.autograd.set_multithreading_enabled(False)

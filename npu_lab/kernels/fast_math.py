@@ -1,4 +1,4 @@
-"""Vectorisable float32 ``exp`` and ``tanh`` for generated kernels.
+"""Vectorisable float32 ``exp``, ``tanh`` and ``erf`` for generated kernels.
 
 LLVM cannot vectorise a loop that calls the C library's ``expf``/``tanhf`` (numba
 has no vector math library unless Intel's SVML is installed), so a kernel such
@@ -12,6 +12,9 @@ not jumps), so the loops that inline them vectorise:
   near overflow and in the subnormal range are exact too). Error <= 1 ulp.
 * ``tanh``: an odd polynomial for ``|x| < 0.625``, ``1 - 2/(e^{2|x|} + 1)``
   above, with the sign restored. Error about 2 ulp.
+* ``erf``: the input clamped to ``[-4, 4]`` (beyond, erf is ±1 in float32) and
+  an odd degree-13 over even degree-8 rational function, the approximation
+  Eigen and XLA use for float32. Absolute error below 5e-7 (GELU needs it).
 
 Both propagate NaN and give PyTorch's results at ±inf. :func:`fast_exp`,
 :func:`fast_tanh` and :func:`fast_sigmoid` use them for float32 arguments and ``math.exp``/``math.tanh``
@@ -30,7 +33,7 @@ from numba import types
 from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload
 
-__all__ = ["fast_exp", "fast_sigmoid", "fast_tanh"]
+__all__ = ["fast_erf", "fast_exp", "fast_sigmoid", "fast_tanh"]
 
 # The helpers below are inlined at numba's IR level (inline="always"), not left to LLVM: a
 # cached numba function is linked as object code, which LLVM cannot inline, and a loop that
@@ -39,7 +42,7 @@ __all__ = ["fast_exp", "fast_sigmoid", "fast_tanh"]
 # on the selects inside these helpers (numba 0.68: NumbaIRAssumptionWarning "variable ...
 # is not in scope"); the code it produces is correct (tests/test_fast_math.py), so that one
 # warning is silenced for these helpers only.
-warnings.filterwarnings("ignore", message=r"variable '.*_(exp|tanh)_f32.*' is not in scope",
+warnings.filterwarnings("ignore", message=r"variable '.*_(exp|tanh|erf)_f32.*' is not in scope",
                         category=NumbaIRAssumptionWarning)
 
 _f = np.float32
@@ -55,6 +58,13 @@ _EXP_HI = _f(88.72283)   # above: +inf
 _EXP_LO = _f(-103.97208)  # below: 0 (the smallest subnormal is e^-103.28)
 _TANH_SMALL = _f(0.625)
 _ONE, _TWO, _HALF, _ZERO, _INF = _f(1.0), _f(2.0), _f(0.5), _f(0.0), _f(np.inf)
+# erf(x) ~ x P(x^2) / Q(x^2) on [-4, 4]
+_ERF_CLAMP = _f(4.0)
+_EA0, _EA1, _EA2, _EA3, _EA4, _EA5, _EA6 = (
+    _f(-2.72614225801306e-10), _f(2.77068142495902e-08), _f(-2.10102402082508e-06), _f(-5.69250639462346e-05),
+    _f(-7.34990630326855e-04), _f(-2.95459980854025e-03), _f(-1.60960333262415e-02))
+_EB0, _EB1, _EB2, _EB3, _EB4 = (_f(-1.45660718464996e-05), _f(-2.13374055278905e-04), _f(-1.68282697438203e-03),
+                                _f(-7.37332916720468e-03), _f(-1.42647390514189e-02))
 _BIAS, _MANT = np.int32(127), np.int32(23)
 
 
@@ -98,6 +108,20 @@ def _tanh_f32(x):
     return small if ax < _TANH_SMALL else big
 
 
+@numba.njit(inline="always", cache=True)
+def _erf_f32(x):
+    xc = _ERF_CLAMP if x > _ERF_CLAMP else (-_ERF_CLAMP if x < -_ERF_CLAMP else x)
+    z = xc * xc
+    p = ((((((_EA0 * z + _EA1) * z + _EA2) * z + _EA3) * z + _EA4) * z + _EA5) * z + _EA6) * xc
+    q = (((_EB0 * z + _EB1) * z + _EB2) * z + _EB3) * z + _EB4
+    return x if x != x else p / q
+
+
+def fast_erf(x):
+    """``erf(x)``: vectorisable for float32, ``math.erf`` otherwise."""
+    return math.erf(x)
+
+
 def fast_exp(x):
     """``e**x``: vectorisable for float32, ``math.exp`` otherwise."""
     return math.exp(x)
@@ -122,6 +146,13 @@ def _fast_exp(x):
     if _is_f32(x):
         return lambda x: _exp_f32(x)
     return lambda x: math.exp(x)
+
+
+@overload(fast_erf, inline="always")
+def _fast_erf(x):
+    if _is_f32(x):
+        return lambda x: _erf_f32(x)
+    return lambda x: math.erf(x)
 
 
 @overload(fast_tanh, inline="always")

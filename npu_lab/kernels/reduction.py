@@ -2,8 +2,11 @@
 
 The operator layer moves the reduced dimensions to the end and makes the
 input contiguous, so every reduction here sees ``x[outer, inner]`` and reduces
-each row. Floating sums accumulate in float64 (PyTorch CPU uses a cascade sum
-for the same reason: long float32 sums drift).
+each row. Sums over the *leading* dimensions of a contiguous tensor (a bias
+gradient: ``grad.sum(0)``) have their own kernel, :func:`sum_cols`, which reads
+the rows as they lie instead of transposing them first. Floating sums
+accumulate in float64 (PyTorch CPU uses a cascade sum for the same reason:
+long float32 sums drift).
 """
 
 import math
@@ -33,6 +36,25 @@ def sum_rows_int(x, out):
         for j in range(x.shape[1]):
             acc += x[r, j]
         out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def sum_cols(x, out):
+    """out[j] = sum over i of x[i, j] (x C-contiguous): column blocks across threads.
+
+    Each thread owns a block of columns and walks down the rows, so every load
+    is contiguous and the inner loop vectorizes.
+    """
+    r_n, c_n = x.shape
+    block = 512
+    for b in prange((c_n + block - 1) // block):
+        lo = b * block
+        hi = min(c_n, lo + block)
+        for j in range(lo, hi):
+            out[j] = 0.0
+        for i in range(r_n):
+            for j in range(lo, hi):
+                out[j] += x[i, j]
 
 
 @numba.njit(parallel=True, **_opts)

@@ -7,8 +7,11 @@ kernel such as ``out[i] = gelu_tanh(x0)`` compiles to straight-line code.
 import math
 
 import numba
+import numpy as np
+from numba import types
+from numba.extending import overload
 
-from .fast_math import fast_exp, fast_sigmoid, fast_tanh  # noqa: F401 (generated kernels call them)
+from .fast_math import fast_erf, fast_exp, fast_sigmoid, fast_tanh  # noqa: F401 (generated kernels call them)
 
 _inline = numba.njit(inline="always", cache=True)
 
@@ -32,34 +35,88 @@ def silu(x):
     return x * sigmoid(x)
 
 
-@_inline
+# GELU and its gradient stay in the argument's precision: float32 kernels use the
+# vectorisable float32 erf/tanh/exp (typed float32 constants, so nothing is promoted
+# to float64 and sent through libm one element at a time).
+
 def gelu_erf(x):
+    """x * Phi(x), the exact GELU."""
     return 0.5 * x * (1 + math.erf(x * SQRT1_2))
 
 
-@_inline
 def gelu_tanh(x):
+    """GELU's tanh approximation."""
     return 0.5 * x * (1 + math.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
 
 
-@_inline
 def gelu_erf_grad(g, x):
+    """g * d/dx gelu_erf(x)."""
     cdf = 0.5 * (1 + math.erf(x * SQRT1_2))
-    pdf = math.exp(-0.5 * x * x) * 0.3989422804014327
-    return g * (cdf + x * pdf)
+    return g * (cdf + x * math.exp(-0.5 * x * x) * INV_SQRT_2PI)
 
 
-@_inline
 def gelu_tanh_grad(g, x):
-    x3 = x * x * x
-    inner = SQRT_2_OVER_PI * (x + 0.044715 * x3)
+    """g * d/dx gelu_tanh(x)."""
+    inner = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)
     t = math.tanh(inner)
-    left = 0.5 * x
-    right = 1 + t
-    left_d = 0.5 * right
     dinner = SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
-    right_d = left * (1 - t * t) * dinner
-    return g * (left_d + right_d)
+    return g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * dinner)
+
+
+INV_SQRT_2PI = 0.3989422804014327
+
+
+def _gelu_impls(f32: bool):
+    """numba implementations of the four GELU functions in float32 or float64 arithmetic."""
+    c = np.float32 if f32 else np.float64
+    half, one, three = c(0.5), c(1.0), c(3.0)
+    s12, s2pi, k, inv = c(SQRT1_2), c(SQRT_2_OVER_PI), c(0.044715), c(INV_SQRT_2PI)
+
+    def gelu_erf_impl(x):
+        return half * x * (one + fast_erf(x * s12))
+
+    def gelu_tanh_impl(x):
+        return half * x * (one + fast_tanh(s2pi * (x + k * x * x * x)))
+
+    def gelu_erf_grad_impl(g, x):
+        cdf = half * (one + fast_erf(x * s12))
+        return g * (cdf + x * fast_exp(-half * x * x) * inv)
+
+    def gelu_tanh_grad_impl(g, x):
+        t = fast_tanh(s2pi * (x + k * x * x * x))
+        dinner = s2pi * (one + three * k * x * x)
+        return g * (half * (one + t) + half * x * (one - t * t) * dinner)
+
+    return gelu_erf_impl, gelu_tanh_impl, gelu_erf_grad_impl, gelu_tanh_grad_impl
+
+
+_F32_IMPLS, _F64_IMPLS = _gelu_impls(True), _gelu_impls(False)
+
+
+def _pick(x, i: int):
+    if isinstance(x, types.Float):
+        return (_F32_IMPLS if x.bitwidth == 32 else _F64_IMPLS)[i]
+    return None
+
+
+@overload(gelu_erf, inline="always")
+def _ov_gelu_erf(x):
+    return _pick(x, 0)
+
+
+@overload(gelu_tanh, inline="always")
+def _ov_gelu_tanh(x):
+    return _pick(x, 1)
+
+
+@overload(gelu_erf_grad, inline="always")
+def _ov_gelu_erf_grad(g, x):
+    return _pick(x, 2)
+
+
+@overload(gelu_tanh_grad, inline="always")
+def _ov_gelu_tanh_grad(g, x):
+    return _pick(x, 3)
 
 
 @_inline

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import torch
 
@@ -41,22 +42,22 @@ def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal
     return OVERRIDEABLE if _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) else MATH
 
 
-def _groups(t: torch.Tensor) -> np.ndarray:
-    """(B, H, L, E) or (H, L, E) -> contiguous (G, L, E) float array."""
-    t = t.contiguous()
-    return as_array(t).reshape(-1, t.shape[-2], t.shape[-1])
+def _heads(t: torch.Tensor) -> np.ndarray:
+    """(B, H, L, E) or (H, L, E) -> a (B, H, L, E) array view of the device bytes (no copy)."""
+    a = as_array(t)
+    return a if a.ndim == 4 else a[None]
 
 
-def _bias(attn_bias, q: torch.Tensor, k: torch.Tensor):
-    lead = q.shape[:-2]
-    shape = (*lead, q.shape[-2], k.shape[-2])
+def _bias(attn_bias, q: np.ndarray, k: np.ndarray):
+    """The additive bias as a (B, H, L, S) array (broadcast by strides), and whether there is one."""
     if attn_bias is None:
-        return np.zeros((1, 1, 1), dtype=as_array(q).dtype), False
+        return np.zeros((1, 1, 1, 1), dtype=q.dtype), False
     b = as_array(attn_bias)
     if b.dtype == np.bool_:
-        b = np.where(b, 0.0, -np.inf).astype(as_array(q).dtype)
-    b = np.ascontiguousarray(np.broadcast_to(b, shape)).reshape(-1, shape[-2], shape[-1])
-    return b, True
+        b = np.where(b, 0.0, -np.inf).astype(q.dtype)
+    shape = (*q.shape[:3], k.shape[2])
+    b = b.reshape((1,) * (4 - b.ndim) + b.shape)
+    return np.broadcast_to(b, shape), True
 
 
 def _like_layout(ref: torch.Tensor, shape=None) -> torch.Tensor:
@@ -77,30 +78,33 @@ def _scale(scale, q: torch.Tensor) -> float:
     return float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
 
 
+def _int64_zero() -> torch.Tensor:
+    z = empty((), torch.int64)
+    as_array(z)[...] = 0
+    return z
+
+
 @register("_scaled_dot_product_fused_attention_overrideable")
 def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False,
                return_debug_mask=False, *, scale=None):
     check_same_device("aten::scaled_dot_product_attention", query, key, value, attn_bias)
     if dropout_p > 0:
         raise RuntimeError("the npu fused attention kernel does not implement dropout")
-    q, k, v = _groups(query), _groups(key), _groups(value)
-    bias, has_bias = _bias(attn_bias, query, key)
+    q, k, v = _heads(query), _heads(key), _heads(value)
+    bias, has_bias = _bias(attn_bias, q, k)
     out_shape = (*query.shape[:-1], value.shape[-1])
     out = _like_layout(query, out_shape)
     lead = query.shape[:-2] if query.dim() == 4 else (1, query.shape[0])
     lse = empty((*lead, query.shape[-2]), torch.float32)
-    lse_buf = np.empty(q.shape[:2], dtype=np.float64)
-    res = np.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype)
-    ak.forward(q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), res, lse_buf)
-    as_array(out)[...] = res.reshape(out_shape)
-    as_array(lse)[...] = lse_buf.reshape(as_array(lse).shape)
-    g, length, e = q.shape
-    s = k.shape[1]
+    ak.forward(q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), _heads(out),
+               as_array(lse).reshape(q.shape[:3]), 4 * numba.get_num_threads())
+    length, s = q.shape[2], k.shape[2]
+    g, e = q.shape[0] * q.shape[1], q.shape[3]
     launch("fused_attention", 4.0 * g * length * s * e, nbytes(query) + nbytes(key) + nbytes(value),
            nbytes(out) + nbytes(lse))
-    z = empty((), torch.int64).zero_()
-    return out, lse, empty((0,), torch.int64), empty((0,), torch.int64), length, s, z, z.clone(), \
-        empty((0,), query.dtype)
+    # philox seed and offset (no dropout: zeros), written by the host as PyTorch's CPU kernels do
+    return out, lse, empty((0,), torch.int64), empty((0,), torch.int64), length, s, _int64_zero(), \
+        _int64_zero(), empty((0,), query.dtype)
 
 
 @register("_scaled_dot_product_fused_attention_overrideable_backward")
@@ -108,19 +112,17 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
                         cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed,
                         philox_offset, *, scale=None):
     check_same_device("aten::scaled_dot_product_attention_backward", grad_out, query, key, value)
-    q, k, v = _groups(query), _groups(key), _groups(value)
-    do, o = _groups(grad_out), _groups(out)
-    bias, has_bias = _bias(attn_bias, query, key)
-    lse = as_array(logsumexp.contiguous()).reshape(q.shape[0], q.shape[1]).astype(np.float64)
-    gq, gk, gv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    dbias = np.empty((q.shape[0], q.shape[1], k.shape[1]), dtype=q.dtype)
-    ak.backward(do, q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), o, lse, gq, gk, gv, dbias)
+    q, k, v = _heads(query), _heads(key), _heads(value)
+    bias, has_bias = _bias(attn_bias, q, k)
+    lse = as_array(logsumexp).reshape(q.shape[:3])
+    want_dbias = attn_bias is not None and bool(grad_input_mask[3]) and attn_bias.dtype != torch.bool
+    dbias = np.empty((*q.shape[:3], k.shape[2]), dtype=q.dtype) if want_dbias else np.zeros((1, 1, 1, 1), q.dtype)
     # gradients take their input's memory layout, as PyTorch's meta kernel promises
     dq, dk, dv = _like_layout(query), _like_layout(key), _like_layout(value)
-    for t, g in ((dq, gq), (dk, gk), (dv, gv)):
-        as_array(t)[...] = g.reshape(t.shape)
+    ak.backward(_heads(grad_out), q, k, v, bias, has_bias, bool(is_causal), _scale(scale, query), _heads(out),
+                lse, _heads(dq), _heads(dk), _heads(dv), dbias, want_dbias)
     grad_bias = None
-    if attn_bias is not None and grad_input_mask[3] and attn_bias.dtype != torch.bool:
+    if want_dbias:
         full = dbias.reshape(*query.shape[:-1], key.shape[-2])
         # sum over dimensions the bias was broadcast along
         b = as_array(attn_bias)
@@ -129,8 +131,8 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
         summed = full.sum(axis=red, keepdims=True).reshape(b.shape) if red else full
         grad_bias = empty(attn_bias.shape, attn_bias.dtype)
         as_array(grad_bias)[...] = summed
-    g, length, e = q.shape
-    s = k.shape[1]
+    length, s = q.shape[2], k.shape[2]
+    g, e = q.shape[0] * q.shape[1], q.shape[3]
     launch("fused_attention_backward", 10.0 * g * length * s * e,
            3 * nbytes(query) + nbytes(key) + nbytes(value), nbytes(query) + nbytes(key) + nbytes(value))
     return dq, dk, dv, grad_bias

@@ -81,6 +81,10 @@ def _reduce_sum(t: torch.Tensor, dim, keepdim: bool, dtype, mean: bool = False,
             f"point or complex dtype. Got: {str(t.dtype).split('.')[-1].capitalize()}"
         )
     compute = rdtype if rdtype.is_floating_point else torch.int64
+    nd = t.dim()
+    if (dims and len(dims) < nd and sorted(dims) == list(range(len(dims))) and t.is_contiguous()
+            and t.dtype == compute and compute.is_floating_point and t.numel()):
+        return _sum_leading(t, len(dims), keepdim, rdtype, mean, out)
     rows, kept, keep_shape = _rows(t, dims, compute)
     shape = keep_shape if keepdim else kept
     if out is None:
@@ -100,6 +104,24 @@ def _reduce_sum(t: torch.Tensor, dim, keepdim: bool, dtype, mean: bool = False,
         res = res / rows.shape[1] if rows.shape[1] else np.full_like(res, np.nan)
     as_array(out)[...] = res.reshape(as_array(out).shape).astype(NUMPY_DTYPES[out.dtype])
     launch("mean" if mean else "sum", rows.size, nbytes(t), nbytes(out))
+    return out
+
+
+def _sum_leading(t: torch.Tensor, n: int, keepdim: bool, rdtype: torch.dtype, mean: bool,
+                 out: torch.Tensor | None) -> torch.Tensor:
+    """Sum (or mean) of a contiguous tensor over its first ``n`` dimensions, without a transpose."""
+    shape = [1] * n + list(t.shape[n:]) if keepdim else list(t.shape[n:])
+    if out is None:
+        out = empty(shape, rdtype)
+    else:
+        resize_out(out, shape)
+    x = as_array(t).reshape(int(np.prod(t.shape[:n])), -1)
+    res = np.empty(x.shape[1], dtype=np.float64)
+    rk.sum_cols(x, res)
+    if mean:
+        res /= x.shape[0]
+    as_array(out)[...] = res.reshape(as_array(out).shape).astype(NUMPY_DTYPES[out.dtype])
+    launch("mean" if mean else "sum", x.size, nbytes(t), nbytes(out))
     return out
 
 

@@ -20,6 +20,14 @@ consume only the reduced value, scalars and tensors of the reduced shape,
 applied once per output element). ``((x - y) ** 2).mean().sqrt()`` is one
 kernel. Reductions are fused first; the remaining elementwise groups follow.
 Set :data:`FUSE_REDUCTIONS` to False to fuse elementwise operators only.
+
+In-place updates fuse as well. An optimizer step compiles to an inference
+graph that ends with ``copy_(param, new_param)`` for every input it updates
+(AOTAutograd's functional form of ``param.add_(...)``). When ``new_param`` is
+an output of a fused kernel, the kernel writes it straight into ``param``'s
+memory and the copy disappears: one SGD-with-momentum update is one kernel
+that reads the parameter, its gradient and its momentum buffer once, and
+writes the parameter and the buffer once.
 """
 
 from __future__ import annotations
@@ -48,7 +56,10 @@ Rule = Callable[[list, Callable[[object], str]], str]
 def _binary(sym: str) -> Rule:
     def rule(a, lit):
         alpha = a[2] if len(a) > 2 else 1
-        rhs = a[1] if alpha == 1 else f"{lit(alpha)} * {a[1]}"
+        if isinstance(alpha, str):  # already a kernel parameter (alpha= given as a keyword)
+            rhs = f"{alpha} * {a[1]}"
+        else:
+            rhs = a[1] if alpha == 1 else f"{lit(alpha)} * {a[1]}"
         return f"({a[0]} {sym} {rhs})"
 
     return rule
@@ -89,6 +100,10 @@ RULES: dict[object, Rule] = {
     aten.silu_backward.default: lambda a, lit: (
         f"({a[0]} * sigmoid({a[1]}) * (1 + {a[1]} * (1 - sigmoid({a[1]}))))"),
     aten.where.self: lambda a, lit: f"({a[1]} if {a[0]} else {a[2]})",
+    aten.addcmul.default: lambda a, lit: f"({a[0]} + {a[3] if len(a) > 3 else 1} * {a[1]} * {a[2]})",
+    aten.addcdiv.default: lambda a, lit: f"({a[0]} + {a[3] if len(a) > 3 else 1} * ({a[1]} / {a[2]}))",
+    # a tensor filled with one value (its first operand gives only the shape)
+    aten.full_like.default: lambda a, lit: f"{a[1]}",
     aten.pow.Tensor_Scalar: lambda a, lit: f"({a[0]} ** {a[1]})",
     aten.clamp_min.default: lambda a, lit: f"max({a[0]}, {a[1]})",
     aten.clamp_max.default: lambda a, lit: f"min({a[0]}, {a[1]})",
@@ -118,19 +133,25 @@ class FusedKernel:
         self.shape = shape
         self.dtype = dtype
         self.fused_ops = list(fused_ops)
+        #: output index -> position of the call argument the output is written into (in place)
+        self.into: dict[int, int] = {}
 
     @property
     def source(self) -> str:
         """The generated numba source of this fused kernel."""
         return self.kernel.source
 
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def __call__(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n_in = len(args) - len(self.into)
         # a 0-dim CPU tensor (PyTorch allows one next to device tensors, as a scalar) is uploaded
-        inputs = tuple(t.to("npu") if t.device.type == "cpu" else t for t in inputs)
+        inputs = tuple(t.to("npu") if t.device.type == "cpu" else t for t in args[:n_in])
         # the output shape is the inputs' broadcast shape (also right under dynamic shapes)
         shape = broadcast_shape(*[t.shape for t in inputs]) if inputs else self.shape
         outs = []
         for k in range(len(self.kernel.exprs)):
+            if k in self.into:
+                outs.append(args[self.into[k]])
+                continue
             st = self.strides[k] if k < len(self.strides) and shape == self.shape else None
             outs.append(empty(shape, self.dtype) if st is None else empty_strided(shape, st, self.dtype))
         run_elementwise(self.kernel, outs, list(inputs), self.scalars,
@@ -329,7 +350,7 @@ def _expr(node: torch.fx.Node, name_of: Callable[[torch.fx.Node], str], lit: Cal
     if node.kwargs:
         operands += [node.kwargs[key] if not isinstance(node.kwargs[key], (int, float))
                      or isinstance(node.kwargs[key], bool) else lit(node.kwargs[key])
-                     for key in ("alpha", "approximate") if key in node.kwargs]
+                     for key in ("alpha", "approximate", "value") if key in node.kwargs]
     return RULES[node.target](operands, lit)
 
 
@@ -611,6 +632,43 @@ def fuse_reductions(gm: torch.fx.GraphModule) -> list[str]:
     return changes
 
 
+def _writes_in_place(gm: torch.fx.GraphModule) -> list[str]:
+    """``copy_(input, fused output)`` -> the fused kernel writes that output into the input.
+
+    Safe when the kernel reads the input, if at all, only at the element it
+    writes (same shape: no broadcast, no other view of it feeds the kernel) and
+    nothing after the kernel reads the input's old value.
+    """
+    changes = []
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.copy_.default or node.users:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if not isinstance(dst, torch.fx.Node) or dst.op != "placeholder" or not isinstance(src, torch.fx.Node):
+            continue
+        if src.target is not operator.getitem or len(src.users) != 1:
+            continue
+        call, k = src.args
+        fk = call.target
+        if type(fk) is not FusedKernel or k in fk.into:
+            continue
+        dv, sv = _val(dst), _val(src)
+        if not (isinstance(dv, torch.Tensor) and isinstance(sv, torch.Tensor) and _static(dv) and _static(sv)):
+            continue
+        if tuple(dv.shape) != tuple(sv.shape) or dv.dtype != sv.dtype or dv.device.type != "npu":
+            continue
+        feeding = _ancestors(call)
+        if any(u is not call and u is not node and (order[u] > order[call] or u in feeding) for u in dst.users):
+            continue
+        fk.into[k] = len(call.args)
+        call.args = (*call.args, dst)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(src)
+        changes.append(f"{fk.__name__}: writes output {k} into {dst.name} in place (no copy_ after it)")
+    return changes
+
+
 def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
     """Fuse reductions with their prologue/epilogue, then groups of elementwise operators (in place)."""
     changes = fuse_reductions(gm) if FUSE_REDUCTIONS else []
@@ -651,6 +709,7 @@ def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
             gm.graph.erase_node(node)
         changes.append(f"{name}: fused {len(group)} ops ({', '.join(ops)}) -> 1 kernel, "
                        f"{len(inputs)} inputs, {len(outputs)} outputs")
+    changes += _writes_in_place(gm)
     gm.graph.lint()
     gm.recompile()
     return changes
