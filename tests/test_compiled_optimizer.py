@@ -65,7 +65,8 @@ def test_sgd_momentum_is_one_in_place_kernel_per_parameter():
     model = models.mlp(6, 8, 3).npu()
     x, y = models.example_batch(model, 8, "npu")
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    step = torch.compile(opt.step, backend="npu")
+    # (horizontal fusion off: it would run these kernels in one launch, tested below)
+    step = torch.compile(opt.step, backend="npu", options={"horizontal_fusion": False})
     for _ in range(2):  # the first step creates the momentum buffers (a different graph)
         opt.zero_grad()
         models.loss_fn(model, model(x), y).backward()
@@ -154,3 +155,41 @@ def test_in_place_write_of_a_transposed_parameter():
         torch.compile(fn, backend="npu")(p, g.npu())
     torch.testing.assert_close(p.cpu(), p0 * 0.9 - 0.1 * g)
     assert p.stride() == (1, 4)
+
+
+def test_horizontal_fusion_runs_the_whole_update_in_one_launch():
+    torch.manual_seed(0)
+    model = models.TransformerBlock(vocab=20, dim=16, heads=2, hidden=32).npu()
+    x, y = models.example_batch(model, 2, "npu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    reference = copy.deepcopy(model)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    step = torch.compile(opt.step, backend="npu")
+    for _ in range(3):
+        for m, o in ((model, opt), (reference, ref_opt)):
+            o.zero_grad()
+            models.loss_fn(m, m(x), y).backward()
+        launches = _launches(step)
+        ref_opt.step()
+    assert launches == 1
+    for a, b in zip(reference.parameters(), model.parameters()):
+        torch.testing.assert_close(b.detach().cpu(), a.detach().cpu(), rtol=1e-5, atol=1e-6)
+    graph = compiler.last_compile().graph("inference")
+    (change,) = graph.snapshot("horizontal_fusion").changes
+    n = len(list(model.parameters()))
+    assert f"{n} in-place kernels" in change and "-> 1 launch" in change
+    (kernel,) = graph.kernels
+    assert len(kernel.members) == n and "def combined(" in kernel.source
+
+
+def test_horizontal_fusion_can_be_switched_off():
+    torch.manual_seed(0)
+    model = models.mlp(6, 8, 3).npu()
+    x, y = models.example_batch(model, 8, "npu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = torch.compile(opt.step, backend="npu", options={"horizontal_fusion": False})
+    for _ in range(2):
+        opt.zero_grad()
+        models.loss_fn(model, model(x), y).backward()
+        launches = _launches(step)
+    assert launches == len(list(model.parameters()))

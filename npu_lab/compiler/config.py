@@ -26,6 +26,8 @@ class CompilerConfig:
         layout: run chains of convolutions channels-last (NHWC) where that saves more data
             movement than the layout conversions cost (inference graphs only).
         pointwise_fusion: merge chains of elementwise operators into one generated kernel.
+        horizontal_fusion: run independent in-place kernels (one per parameter of an
+            optimizer step) from one generated kernel, in one launch.
         memory_planning: plan which intermediates share buffers; report the peak saved.
         autotune: time matmul tile sizes per shape and keep the fastest (on-disk cache).
         cache: reuse compiled graphs with the same structure and input signature.
@@ -37,6 +39,7 @@ class CompilerConfig:
     foreach_expansion: bool = True
     layout: bool = True
     pointwise_fusion: bool = True
+    horizontal_fusion: bool = True
     memory_planning: bool = True
     autotune: bool = False
     cache: bool = True

@@ -43,18 +43,21 @@ def sum_cols(x, out):
     """out[j] = sum over i of x[i, j] (x C-contiguous): column blocks across threads.
 
     Each thread owns a block of columns and walks down the rows, so every load
-    is contiguous and the inner loop vectorizes.
+    is contiguous; rows are read through slices indexed from 0, which lets
+    LLVM vectorise the inner loop.
     """
     r_n, c_n = x.shape
     block = 512
     for b in prange((c_n + block - 1) // block):
         lo = b * block
         hi = min(c_n, lo + block)
-        for j in range(lo, hi):
-            out[j] = 0.0
+        acc = out[lo:hi]
+        for j in range(hi - lo):
+            acc[j] = 0.0
         for i in range(r_n):
-            for j in range(lo, hi):
-                out[j] += x[i, j]
+            row = x[i, lo:hi]
+            for j in range(hi - lo):
+                acc[j] += row[j]
 
 
 @numba.njit(parallel=True, **_opts)
@@ -132,21 +135,28 @@ def var_rows(x, out, correction):
 
 @numba.njit(parallel=True, **_opts)
 def softmax_rows(x, out, log):
+    """Softmax (or log-softmax) of each row. The exponentials are written to ``out``
+    first, in a loop of their own that vectorises; the (ordered, float64) sum reads them back."""
+    k = x.shape[1]
     for r in prange(x.shape[0]):
-        m = -np.inf
-        for j in range(x.shape[1]):
-            if x[r, j] > m:
-                m = x[r, j]
+        xr = x[r]
+        orow = out[r]
+        m = xr[0]  # the row's own dtype: a float64 -inf start would make every exp float64
+        for j in range(1, k):
+            if xr[j] > m:
+                m = xr[j]
+        for j in range(k):
+            orow[j] = fast_exp(xr[j] - m)
         s = 0.0
-        for j in range(x.shape[1]):
-            s += fast_exp(x[r, j] - m)
+        for j in range(k):
+            s += orow[j]
         if log:
             lse = m + math.log(s)
-            for j in range(x.shape[1]):
-                out[r, j] = x[r, j] - lse
+            for j in range(k):
+                orow[j] = xr[j] - lse
         else:
-            for j in range(x.shape[1]):
-                out[r, j] = fast_exp(x[r, j] - m) / s
+            for j in range(k):
+                orow[j] = orow[j] / s
 
 
 @numba.njit(parallel=True, **_opts)

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ..kernels import norm as nk
+from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .registry import register
 
@@ -33,7 +34,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     x = _ncs(input)
     if training:
         mean, var = np.empty(c), np.empty(c)
-        nk.batch_stats(x, mean, var)
+        sized(nk.batch_stats, x.size)(x, mean, var)
         count = x.shape[0] * x.shape[2]
         if count <= 1:
             raise ValueError("Expected more than 1 value per channel when training, got input size "
@@ -50,7 +51,7 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
     invstd = 1.0 / np.sqrt(var + eps)
     out = empty(input.shape, input.dtype)
     y = np.empty_like(x)
-    nk.batch_apply(x, mean, invstd, _param(weight, c, 1.0), _param(bias, c, 0.0), y)
+    sized(nk.batch_apply, x.size)(x, mean, invstd, _param(weight, c, 1.0), _param(bias, c, 0.0), y)
     as_array(out)[...] = y.reshape(input.shape)
     launch("batch_norm", 4 * input.numel(), nbytes(input), nbytes(out))
     stat_dtype = input.dtype
@@ -96,7 +97,7 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
         mean = as_array(running_mean).astype(np.float64)
         invstd = 1.0 / np.sqrt(as_array(running_var).astype(np.float64) + eps)
     dx, dw, db = np.empty_like(x), np.empty(c), np.empty(c)
-    nk.batch_backward(dy, x, mean, invstd, _param(weight, c, 1.0), bool(train), dx, dw, db)
+    sized(nk.batch_backward, x.size)(dy, x, mean, invstd, _param(weight, c, 1.0), bool(train), dx, dw, db)
     launch("batch_norm_backward", 8 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
     grads = []
     for want, arr, shape in ((output_mask[0], dx, input.shape), (output_mask[1], dw, (c,)),
@@ -130,7 +131,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     w = as_array(weight).reshape(-1).astype(np.float64) if weight is not None else np.ones(feats)
     b = as_array(bias).reshape(-1).astype(np.float64) if bias is not None else np.zeros(feats)
     y, mean, rstd = np.empty_like(x), np.empty(rows), np.empty(rows)
-    nk.layer_forward(x, w, b, float(eps), y, mean, rstd)
+    sized(nk.layer_forward, x.size)(x, w, b, float(eps), y, mean, rstd)
     out = empty(input.shape, input.dtype)
     as_array(out)[...] = y.reshape(input.shape)
     m, r = empty(stat_shape, input.dtype), empty(stat_shape, input.dtype)
@@ -152,12 +153,12 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
     results: list[torch.Tensor | None] = [None, None, None]
     if output_mask[0]:
         dx = np.empty_like(x)
-        nk.layer_backward_input(dy, x, m, r, w, dx)
+        sized(nk.layer_backward_input, x.size)(dy, x, m, r, w, dx)
         results[0] = empty(input.shape, input.dtype)
         as_array(results[0])[...] = dx.reshape(input.shape)
     if output_mask[1] or output_mask[2]:
         dw, db = np.empty(feats), np.empty(feats)
-        nk.layer_backward_params(dy, x, m, r, dw, db)
+        sized(nk.layer_backward_params, x.size)(dy, x, m, r, dw, db)
         if output_mask[1] and weight is not None:
             results[1] = empty(weight.shape, weight.dtype)
             as_array(results[1])[...] = dw.reshape(weight.shape)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..kernels import reduction as rk
+from ..kernels.threads import sized
 from .common import (
     NUMPY_DTYPES,
     as_array,
@@ -97,9 +98,9 @@ def _reduce_sum(t: torch.Tensor, dim, keepdim: bool, dtype, mean: bool = False,
     elif rows.shape[0] == 1 and rows.shape[1] >= 1 << 16 and compute.is_floating_point:
         res[0] = rk.sum_all(rows.reshape(-1), 8)
     elif compute.is_floating_point:
-        rk.sum_rows(rows, res)
+        sized(rk.sum_rows, rows.size)(rows, res)
     else:
-        rk.sum_rows_int(rows, res)
+        sized(rk.sum_rows_int, rows.size)(rows, res)
     if mean:
         res = res / rows.shape[1] if rows.shape[1] else np.full_like(res, np.nan)
     as_array(out)[...] = res.reshape(as_array(out).shape).astype(NUMPY_DTYPES[out.dtype])
@@ -117,7 +118,7 @@ def _sum_leading(t: torch.Tensor, n: int, keepdim: bool, rdtype: torch.dtype, me
         resize_out(out, shape)
     x = as_array(t).reshape(int(np.prod(t.shape[:n])), -1)
     res = np.empty(x.shape[1], dtype=np.float64)
-    rk.sum_cols(x, res)
+    sized(rk.sum_cols, x.size)(x, res)
     if mean:
         res /= x.shape[0]
     as_array(out)[...] = res.reshape(as_array(out).shape).astype(NUMPY_DTYPES[out.dtype])
@@ -166,7 +167,7 @@ def _extreme(t: torch.Tensor, dim: int | None, keepdim: bool, largest: bool, op:
     rows, kept, keep_shape = _rows(t, dims)
     values = np.empty(rows.shape[0], dtype=rows.dtype)
     idx = np.empty(rows.shape[0], dtype=np.int64)
-    (rk.max_rows if largest else rk.min_rows)(rows, values, idx)
+    sized(rk.max_rows if largest else rk.min_rows, rows.size)(rows, values, idx)
     shape = keep_shape if (keepdim and dim is not None) else (kept if dim is not None else [])
     v = empty(shape, t.dtype)
     i = empty(shape, torch.int64)
@@ -251,7 +252,7 @@ def _var(self, dim, correction, keepdim, sqrt: bool):
     corr = corr.item() if isinstance(corr, torch.Tensor) else corr
     rows, kept, keep_shape = _rows(self, dims)
     res = np.empty(rows.shape[0], dtype=np.float64)
-    rk.var_rows(rows, res, float(corr))
+    sized(rk.var_rows, rows.size)(rows, res, float(corr))
     if sqrt:
         res = np.sqrt(res)
     out = empty(keep_shape if keepdim else kept, self.dtype)
@@ -327,7 +328,7 @@ def _all_any(t: torch.Tensor, dim, keepdim: bool, is_all: bool, out: torch.Tenso
     dims = _dims(t, dim)
     rows, kept, keep_shape = _rows(t, dims, torch.int64 if t.dtype == torch.bool else t.dtype)
     nz = np.empty(rows.shape[0], dtype=np.int64)
-    rk.count_nonzero_rows(rows, nz)
+    sized(rk.count_nonzero_rows, rows.size)(rows, nz)
     res = nz == rows.shape[1] if is_all else nz > 0
     shape = keep_shape if keepdim else kept
     if out is None:

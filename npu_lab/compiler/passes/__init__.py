@@ -14,6 +14,7 @@ import torch.fx
 
 from .constant_folding import constant_folding
 from .dce import dead_code_elimination
+from .horizontal_fusion import horizontal_fusion
 from .layout import layout_nhwc
 from .memory_plan import memory_planning
 from .pattern_fusion import pattern_fusion
@@ -28,8 +29,9 @@ PIPELINE: list[tuple[str, Pass]] = [
     ("pattern_fusion", pattern_fusion),
     ("layout", layout_nhwc),  # inference graphs only (see backend.compile_graph)
     ("pointwise_fusion", pointwise_fusion),
+    ("horizontal_fusion", horizontal_fusion),  # needs pointwise fusion's in-place kernels
     ("memory_planning", memory_planning),
 ]
 
-__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "layout_nhwc", "memory_planning",
-           "pattern_fusion", "pointwise_fusion"]
+__all__ = ["PIPELINE", "constant_folding", "dead_code_elimination", "horizontal_fusion", "layout_nhwc",
+           "memory_planning", "pattern_fusion", "pointwise_fusion"]
