@@ -30,128 +30,155 @@ def forward(q, k, v, bias, has_bias, causal, scale, out, lse, chunks):
     """q: (B, H, L, E), k: (B, H, S, E), v: (B, H, S, Ev), bias: (B, H, L, S) additive.
 
     Any strides (a head split off a projection by ``transpose`` is read where
-    it lies, no copy). Writes out: (B, H, L, Ev) and lse: (B, H, L). The
-    B*H*L query rows are cut into ``chunks`` runs shared out across threads.
+    it lies, no copy). Writes out: (B, H, L, Ev) and lse: (B, H, L). The B*H
+    (batch, head) pairs are cut into ``chunks`` runs shared out across threads;
+    each pair's keys and values are first gathered into a small contiguous
+    scratch block, so the per-row loops run over contiguous memory and vectorise.
     """
     b_n, h_n, l_n, e_n = q.shape
     s_n = k.shape[2]
     ev = v.shape[3]
-    rows = b_n * h_n * l_n
-    chunks = max(1, min(chunks, rows))
-    # scratch rows per chunk, allocated once (not once per query row)
-    score_rows = np.empty((chunks, s_n), np.float64)
-    out_rows = np.empty((chunks, ev), np.float64)
+    groups = b_n * h_n
+    chunks = max(1, min(chunks, groups))
+    k_all = np.empty((chunks, s_n, e_n), q.dtype)
+    v_all = np.empty((chunks, s_n, ev), q.dtype)
+    q_all = np.empty((chunks, e_n), q.dtype)
+    p_all = np.empty((chunks, s_n), q.dtype)
+    o_all = np.empty((chunks, ev), q.dtype)
     for c in prange(chunks):
-        scores = score_rows[c]
-        acc_out = out_rows[c]
-        for t in range(c * rows // chunks, (c + 1) * rows // chunks):
-            _forward_row(q, k, v, bias, has_bias, causal, scale, out, lse, t, scores, acc_out)
+        kc, vc, qr, p, acc = k_all[c], v_all[c], q_all[c], p_all[c], o_all[c]
+        for g in range(c * groups // chunks, (c + 1) * groups // chunks):
+            b = g // h_n
+            h = g % h_n
+            for j in range(s_n):
+                for e in range(e_n):
+                    kc[j, e] = k[b, h, j, e]
+                for e in range(ev):
+                    vc[j, e] = v[b, h, j, e]
+            for i in range(l_n):
+                _forward_row(q, bias, has_bias, causal, scale, out, lse, b, h, i, kc, vc, qr, p, acc)
 
 
 @numba.njit(inline="always", **_opts)
-def _forward_row(q, k, v, bias, has_bias, causal, scale, out, lse, t, scores, acc_out):
-    """Query row ``t`` (of B*H*L) of :func:`forward`, using the scratch rows it is given."""
-    _, h_n, l_n, e_n = q.shape
-    s_n = k.shape[2]
-    ev = v.shape[3]
-    b = t // (h_n * l_n)
-    h = (t // l_n) % h_n
-    i = t % l_n
-    m = -np.inf
-    for j in range(s_n):
-        if causal and j > i:
-            scores[j] = -np.inf
-            continue
-        acc = 0.0
+def _forward_row(q, bias, has_bias, causal, scale, out, lse, b, h, i, kc, vc, qr, p, acc):
+    """Query row ``i`` of pair (b, h): scores, their softmax, and the weighted sum of values."""
+    e_n = qr.shape[0]
+    ev = acc.shape[0]
+    n_keys = min(kc.shape[0], i + 1) if causal else kc.shape[0]
+    for e in range(e_n):
+        qr[e] = q[b, h, i, e]
+    for j in range(n_keys):
+        kj = kc[j]
+        d = 0.0
         for e in range(e_n):
-            acc += q[b, h, i, e] * k[b, h, j, e]
-        sc = acc * scale
+            d += qr[e] * kj[e]
+        sc = d * scale
         if has_bias:
             sc += bias[b, h, i, j]
-        scores[j] = sc
-        if sc > m:
-            m = sc
-    total = 0.0
-    for j in range(s_n):
-        if scores[j] == -np.inf:
-            scores[j] = 0.0
-        else:
-            scores[j] = fast_exp(scores[j] - m)
-            total += scores[j]
-    if total == 0.0:  # a fully masked row: PyTorch's math path gives NaN
+        p[j] = sc
+    m = p[0]
+    for j in range(1, n_keys):
+        if p[j] > m:
+            m = p[j]
+    if m == -np.inf:  # a fully masked row: PyTorch's math path gives NaN
         for e in range(ev):
             out[b, h, i, e] = np.nan
         lse[b, h, i] = np.inf
         return
+    for j in range(n_keys):
+        p[j] = fast_exp(p[j] - m)
+    total = 0.0
+    for j in range(n_keys):
+        total += p[j]
     for e in range(ev):
-        acc_out[e] = 0.0
-    for j in range(s_n):
-        p = scores[j] / total
-        if p != 0.0:
-            for e in range(ev):
-                acc_out[e] += p * v[b, h, j, e]
+        acc[e] = 0.0
+    for j in range(n_keys):
+        pj = p[j]
+        vj = vc[j]
+        for e in range(ev):
+            acc[e] += pj * vj[e]
+    inv = 1.0 / total
     for e in range(ev):
-        out[b, h, i, e] = acc_out[e]
+        out[b, h, i, e] = acc[e] * inv
     lse[b, h, i] = m + math.log(total)
 
 
 @numba.njit(parallel=True, **_opts)
 def backward(dout, q, k, v, bias, has_bias, causal, scale, out, lse, dq, dk, dv, dbias, want_dbias):
-    """Gradients of the fused forward; one (batch, head) pair per thread.
+    """Gradients of the fused forward; one (batch, head) pair per thread at a time.
 
     Same shapes as :func:`forward`; dq/dk/dv like q/k/v, dbias (B, H, L, S)
-    written only when ``want_dbias``.
+    written only when ``want_dbias``. K, V and the K/V gradients of a pair
+    live in contiguous scratch blocks while its rows are processed.
     """
     b_n, h_n, l_n, e_n = q.shape
     s_n = k.shape[2]
     ev = v.shape[3]
-    prob_rows = np.empty((b_n * h_n, s_n), np.float64)
-    for g in prange(b_n * h_n):
+    groups = b_n * h_n
+    for g in prange(groups):
         b = g // h_n
         h = g % h_n
-        p = prob_rows[g]
+        kc = np.empty((s_n, e_n), q.dtype)
+        vc = np.empty((s_n, ev), q.dtype)
+        dkc = np.zeros((s_n, e_n), q.dtype)
+        dvc = np.zeros((s_n, ev), q.dtype)
+        qr = np.empty(e_n, q.dtype)
+        dqr = np.empty(e_n, q.dtype)
+        dor = np.empty(ev, q.dtype)
+        p = np.empty(s_n, q.dtype)
         for j in range(s_n):
             for e in range(e_n):
-                dk[b, h, j, e] = 0.0
+                kc[j, e] = k[b, h, j, e]
             for e in range(ev):
-                dv[b, h, j, e] = 0.0
+                vc[j, e] = v[b, h, j, e]
         for i in range(l_n):
-            for e in range(e_n):
-                dq[b, h, i, e] = 0.0
-            row_lse = np.float64(lse[b, h, i])
+            row_lse = lse[b, h, i]
+            n_keys = min(s_n, i + 1) if causal else s_n
             if row_lse == np.inf:
-                if want_dbias:
-                    for j in range(s_n):
-                        dbias[b, h, i, j] = 0.0
-                continue
-            # D_i = dout_i . out_i
-            d_i = 0.0
+                n_keys = 0
+            for e in range(e_n):
+                qr[e] = q[b, h, i, e]
+                dqr[e] = 0.0
+            d_i = 0.0  # D_i = dout_i . out_i
             for e in range(ev):
-                d_i += dout[b, h, i, e] * out[b, h, i, e]
-            for j in range(s_n):
-                if causal and j > i:
-                    p[j] = 0.0
-                    continue
-                acc = 0.0
+                dor[e] = dout[b, h, i, e]
+                d_i += dor[e] * out[b, h, i, e]
+            for j in range(n_keys):
+                kj = kc[j]
+                d = 0.0
                 for e in range(e_n):
-                    acc += q[b, h, i, e] * k[b, h, j, e]
-                sc = acc * scale
+                    d += qr[e] * kj[e]
+                sc = d * scale
                 if has_bias:
                     sc += bias[b, h, i, j]
-                p[j] = fast_exp(sc - row_lse)
-            for j in range(s_n):
+                p[j] = sc
+            for j in range(n_keys):
+                p[j] = fast_exp(p[j] - row_lse)
+            for j in range(n_keys):
                 pj = p[j]
-                if pj == 0.0:
-                    if want_dbias:
-                        dbias[b, h, i, j] = 0.0
-                    continue
+                vj = vc[j]
                 dp = 0.0
                 for e in range(ev):
-                    dv[b, h, j, e] += pj * dout[b, h, i, e]
-                    dp += dout[b, h, i, e] * v[b, h, j, e]
+                    dp += dor[e] * vj[e]
+                dvj = dvc[j]
+                for e in range(ev):
+                    dvj[e] += pj * dor[e]
                 ds = pj * (dp - d_i)
                 if want_dbias:
                     dbias[b, h, i, j] = ds
+                dss = ds * scale
+                kj = kc[j]
+                dkj = dkc[j]
                 for e in range(e_n):
-                    dq[b, h, i, e] += ds * k[b, h, j, e] * scale
-                    dk[b, h, j, e] += ds * q[b, h, i, e] * scale
+                    dqr[e] += dss * kj[e]
+                    dkj[e] += dss * qr[e]
+            if want_dbias:
+                for j in range(n_keys, s_n):
+                    dbias[b, h, i, j] = 0.0
+            for e in range(e_n):
+                dq[b, h, i, e] = dqr[e]
+        for j in range(s_n):
+            for e in range(e_n):
+                dk[b, h, j, e] = dkc[j, e]
+            for e in range(ev):
+                dv[b, h, j, e] = dvc[j, e]

@@ -60,8 +60,14 @@ def _bias(attn_bias, q: np.ndarray, k: np.ndarray):
     return np.broadcast_to(b, shape), True
 
 
-def _like_layout(ref: torch.Tensor, shape=None) -> torch.Tensor:
-    """A new tensor with ``ref``'s memory layout (dimension order), like ``empty_like``."""
+def layout_strides(ref: torch.Tensor, shape=None) -> tuple[int, ...] | None:
+    """Strides of a dense tensor of ``shape`` laid out in ``ref``'s dimension order (None: contiguous).
+
+    The attention kernels give their outputs and gradients their input's memory
+    layout, as ``empty_like`` would; the fake (meta) implementation of
+    ``npu.fused_attention`` uses this too, so compiled graphs plan their views
+    for the layout the kernel really produces.
+    """
     shape = tuple(ref.shape) if shape is None else tuple(shape)
     strides = dense_strides_like(ref) if tuple(ref.shape) == shape or ref.dim() == len(shape) else None
     if strides is not None and tuple(ref.shape) != shape:
@@ -69,8 +75,15 @@ def _like_layout(ref: torch.Tensor, shape=None) -> torch.Tensor:
         acc, new = 1, [0] * len(shape)
         for d in reversed(order):
             new[d] = acc
-            acc *= max(int(shape[d]), 1)
+            acc *= max(shape[d], 1)
         strides = tuple(new)
+    return strides
+
+
+def _like_layout(ref: torch.Tensor, shape=None) -> torch.Tensor:
+    """A new tensor with ``ref``'s memory layout (dimension order), like ``empty_like``."""
+    shape = tuple(ref.shape) if shape is None else tuple(shape)
+    strides = layout_strides(ref, shape)
     return empty(shape, ref.dtype) if strides is None else empty_strided(shape, strides, ref.dtype)
 
 

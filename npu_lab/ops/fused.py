@@ -82,7 +82,13 @@ def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask
 
 @fused_attention.register_fake
 def _(q, k, v, attn_mask, is_causal, scale):
-    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+    from .attention import layout_strides
+
+    # the layout the kernel gives its output (q's dimension order): a compiled graph that
+    # transposes the heads back and reshapes then needs no copy
+    shape = (*q.shape[:-1], v.shape[-1])
+    strides = layout_strides(q, shape)
+    out = q.new_empty(shape) if strides is None else q.new_empty_strided(shape, strides)
     lead = q.shape[:-2] if q.dim() == 4 else (1, q.shape[0])
     return out, q.new_empty((*lead, q.shape[-2]), dtype=torch.float32)
 
