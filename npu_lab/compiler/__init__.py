@@ -10,6 +10,8 @@ pass and the fused kernels generated.
 
 from __future__ import annotations
 
+import logging
+
 from torch._dynamo import register_backend
 
 from . import autotune, passes
@@ -20,6 +22,22 @@ from .record import CompileRecord, GraphRecord, PassSnapshot, last_compile
 
 if "npu" not in __import__("torch")._dynamo.list_backends(exclude_tags=()):
     register_backend(name="npu")(npu_backend)
+
+
+class _QuietOptimizerProfiling(logging.Filter):
+    """Drop Dynamo's "Profiler record function ... will be ignored" warning (torch 2.13).
+
+    ``Optimizer.step`` wraps itself in ``torch.autograd.profiler.record_function``,
+    which Dynamo leaves out of graphs by design; it says so once per process, on
+    every ``torch.compile(optimizer.step)``. The line is about PyTorch's own code,
+    not the learner's, and carries a timestamp and process id into notebook outputs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Profiler record function")
+
+
+logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_QuietOptimizerProfiling())
 
 __all__ = [
     "CompileRecord", "CompilerConfig", "GraphRecord", "PassSnapshot", "autotune", "compile_graph",
