@@ -2,7 +2,8 @@
 
 numba compiles each kernel the first time it runs and caches the machine code
 on disk; :func:`warmup` runs the reference models (eager training steps with
-SGD and AdamW, and one compiled step) so the common kernels are in the cache.
+SGD and AdamW, and compiled steps of the model and its optimizer) so the
+common kernels are in the cache.
 Binder's ``postBuild`` and CI call it; ``python -m npu_lab warmup`` runs it.
 """
 
@@ -32,6 +33,11 @@ def warmup(compile: bool = True) -> float:
         model = models.mlp().to("npu")
         x, y = models.example_batch(model, 8, "npu")
         step = torch.compile(lambda: models.loss_fn(model, model(x), y), backend="npu")
-        step().backward()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        update = torch.compile(opt.step, backend="npu")
+        for _ in range(2):  # a compiled optimizer step: fused in-place updates, one combined kernel
+            opt.zero_grad()
+            step().backward()
+            update()
         _dynamo.reset()
     return time.perf_counter() - start
