@@ -60,6 +60,20 @@ def forward(q, k, v, bias, has_bias, causal, scale, out, lse, chunks):
 
 
 @numba.njit(inline="always", **_opts)
+def _scores(qr, kc, n_keys, scale, bias, has_bias, b, h, i, p):
+    """p[j] = (q_i . k_j) * scale (+ bias[b, h, i, j]) for the first ``n_keys`` keys (contiguous rows)."""
+    for j in range(n_keys):
+        kj = kc[j]
+        d = 0.0
+        for e in range(qr.shape[0]):
+            d += qr[e] * kj[e]
+        sc = d * scale
+        if has_bias:
+            sc += bias[b, h, i, j]
+        p[j] = sc
+
+
+@numba.njit(inline="always", **_opts)
 def _forward_row(q, bias, has_bias, causal, scale, out, lse, b, h, i, kc, vc, qr, p, acc):
     """Query row ``i`` of pair (b, h): scores, their softmax, and the weighted sum of values."""
     e_n = qr.shape[0]
@@ -67,15 +81,7 @@ def _forward_row(q, bias, has_bias, causal, scale, out, lse, b, h, i, kc, vc, qr
     n_keys = min(kc.shape[0], i + 1) if causal else kc.shape[0]
     for e in range(e_n):
         qr[e] = q[b, h, i, e]
-    for j in range(n_keys):
-        kj = kc[j]
-        d = 0.0
-        for e in range(e_n):
-            d += qr[e] * kj[e]
-        sc = d * scale
-        if has_bias:
-            sc += bias[b, h, i, j]
-        p[j] = sc
+    _scores(qr, kc, n_keys, scale, bias, has_bias, b, h, i, p)
     m = p[0]
     for j in range(1, n_keys):
         if p[j] > m:
@@ -143,15 +149,7 @@ def backward(dout, q, k, v, bias, has_bias, causal, scale, out, lse, dq, dk, dv,
             for e in range(ev):
                 dor[e] = dout[b, h, i, e]
                 d_i += dor[e] * out[b, h, i, e]
-            for j in range(n_keys):
-                kj = kc[j]
-                d = 0.0
-                for e in range(e_n):
-                    d += qr[e] * kj[e]
-                sc = d * scale
-                if has_bias:
-                    sc += bias[b, h, i, j]
-                p[j] = sc
+            _scores(qr, kc, n_keys, scale, bias, has_bias, b, h, i, p)
             for j in range(n_keys):
                 p[j] = fast_exp(p[j] - row_lse)
             for j in range(n_keys):
