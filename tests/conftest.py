@@ -16,6 +16,15 @@ def _seed():
 
 
 @pytest.fixture
+def fresh_dynamo():
+    """Forget Dynamo's compiled frames and the npu compiler's cache and records, before and after."""
+    torch._dynamo.reset()
+    npu_lab.compiler.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
 def fallback_off():
     prev = npu_lab.cpu_fallback_enabled()
     npu_lab.set_cpu_fallback(False)

@@ -13,12 +13,8 @@ from npu_lab.compiler.passes.pointwise_fusion import FusedKernel
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    compiler.reset()
-    yield
-    torch._dynamo.reset()
+# each test starts with no Dynamo caches and no compile records (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _aten_graph(fn, *args):

@@ -12,13 +12,8 @@ import npu_lab
 from npu_lab import models
 from npu_lab.inspect import GuardExplorer, GuardTrial, PassExplorer, PassStep, explore_guards, explore_passes
 
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    npu_lab.compiler.reset()
-    yield
-    torch._dynamo.reset()
+# each test starts with no Dynamo caches and no compile records (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _mlp_explorer(backward: bool) -> PassExplorer:

@@ -14,12 +14,8 @@ NHWC_OPS = (torch.ops.npu.conv2d_nhwc.default, torch.ops.npu.conv_bn_relu_nhwc.d
             torch.ops.npu.max_pool2d_nhwc.default)
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    compiler.reset()
-    yield
-    torch._dynamo.reset()
+# each test starts with no Dynamo caches and no compile records (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _nhwc(t: torch.Tensor) -> torch.Tensor:

@@ -23,12 +23,8 @@ aten = torch.ops.aten
 pf = importlib.import_module("npu_lab.compiler.passes.pointwise_fusion")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    compiler.reset()
-    yield
-    torch._dynamo.reset()
+# each test starts with no Dynamo caches and no compile records (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _calls(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
