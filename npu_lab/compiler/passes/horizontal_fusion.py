@@ -32,7 +32,7 @@ import torch.fx
 from ...device.tensors import as_array
 from ...kernels import codegen, elementwise
 from ...ops.common import launch, nbytes
-from .pointwise_fusion import FusedKernel
+from .pointwise_fusion import FusedKernel, _val
 
 _counter = itertools.count()
 _NAME = re.compile(r"\b([xts])(\d+)\b")
@@ -120,10 +120,6 @@ class CombinedKernel:
         return f"<CombinedKernel {self.__name__}: {len(self.members)} kernels>"
 
 
-def _val(node: object):
-    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-
-
 def _eligible(node: torch.fx.Node) -> bool:
     fk = node.target
     if node.op != "call_function" or type(fk) is not FusedKernel or node.users:
@@ -148,7 +144,7 @@ def horizontal_fusion(gm: torch.fx.GraphModule) -> list[str]:
     if len(members) < MIN_MEMBERS:
         return []
     order = {n: i for i, n in enumerate(nodes)}
-    written = {a for n in members for k, pos in n.target.into.items() for a in [n.args[pos]]}
+    written = {n.args[pos] for n in members for pos in n.target.into.values()}
     member_set = set(members)
     first, last = order[members[0]], order[members[-1]]
     for n in nodes[first + 1:last]:
