@@ -21,6 +21,11 @@ applied once per output element). ``((x - y) ** 2).mean().sqrt()`` is one
 kernel. Reductions are fused first; the remaining elementwise groups follow.
 Set :data:`FUSE_REDUCTIONS` to False to fuse elementwise operators only.
 
+Matrix products fuse with their elementwise epilogue in the same way, before
+anything else: ``threshold_backward(mm(g, w), mask, 0)`` becomes one generated
+matmul kernel that applies the ReLU gradient to each sum as it stores it
+(:mod:`npu_lab.compiler.passes.matmul_epilogue`; switch: :data:`FUSE_MATMULS`).
+
 In-place updates fuse as well. An optimizer step compiles to an inference
 graph that ends with ``copy_(param, new_param)`` for every input it updates
 (AOTAutograd's functional form of ``param.add_(...)``). When ``new_param`` is
@@ -164,6 +169,8 @@ class FusedKernel:
 
 #: Fuse reductions with their elementwise prologue and epilogue (see the module docstring).
 FUSE_REDUCTIONS = True
+#: Fuse matrix products with their elementwise epilogue (see the module docstring).
+FUSE_MATMULS = True
 
 #: The reductions that fuse, by ATen overload.
 REDUCTION_KINDS: dict[object, str] = {
@@ -670,8 +677,15 @@ def _writes_in_place(gm: torch.fx.GraphModule) -> list[str]:
 
 
 def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
-    """Fuse reductions with their prologue/epilogue, then groups of elementwise operators (in place)."""
-    changes = fuse_reductions(gm) if FUSE_REDUCTIONS else []
+    """Fuse matmuls and reductions with their epilogues, then groups of elementwise operators (in place)."""
+    changes = []
+    if FUSE_MATMULS:
+        # imported here: the matmul part builds on this module's helpers
+        from .matmul_epilogue import fuse_matmul_epilogues
+
+        changes += fuse_matmul_epilogues(gm)
+    if FUSE_REDUCTIONS:
+        changes += fuse_reductions(gm)
     for group in _groups(gm):
         inputs, outputs, prelude, out_exprs, scalars = _emit(group)
         if not outputs:
