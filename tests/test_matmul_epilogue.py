@@ -114,7 +114,7 @@ def test_switch_off(monkeypatch):
     assert not _matmuls(gm)
 
 
-def test_compiled_mlp_training_uses_fused_relu_gradients():
+def test_compiled_mlp_backward_fuses_relu_and_bias_gradients():
     torch.manual_seed(0)
     ref = models.mlp(64, 96, 10)
     model = models.mlp(64, 96, 10).npu()
@@ -126,6 +126,52 @@ def test_compiled_mlp_training_uses_fused_relu_gradients():
     loss.backward()
     backward = compiler.last_compile().graph("backward")
     fused = [k for k in backward.kernels if isinstance(k, FusedMatmul)]
-    assert [k.fused_ops for k in fused] == [["mm", "threshold_backward"]] * 2
+    assert sorted(k.fused_ops[1] for k in fused) == ["sum.dim_IntList"] * 3 + ["threshold_backward"] * 2
     for p, q in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_bias_gradient_is_summed_by_the_weight_gradient_product():
+    def fn(g, x):  # a linear layer's weight and bias gradients
+        return g.t() @ x, g.sum(0)
+
+    gm, changes = _fuse_and_check(fn, _randn(33, 20), _randn(33, 70, seed=1))
+    (fk,) = _matmuls(gm)
+    assert fk.fused_ops == ["mm", "sum.dim_IntList"] and fk.row_sums_shape == (20,)
+    assert not [n for n in _calls(gm) if n.target is aten.sum.dim_IntList]
+    assert "bias gradient" in changes[0]
+
+
+def test_bias_gradient_not_fused_with_a_product_of_another_tensor():
+    gm, _ = _fuse_and_check(lambda g, h, x: (h.t() @ x, g.sum(0)), _randn(33, 20), _randn(33, 20, seed=1),
+                            _randn(33, 70, seed=2))
+    assert not _matmuls(gm)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_forward_and_backward_fuse(reduction):
+    """log_softmax + nll_loss -> npu.log_softmax_nll; their backwards -> npu.log_softmax_nll_backward."""
+    x = _randn(12, 7, seed=3)
+    t = torch.tensor([0, 6, 3, -100, 2, 2, 5, 1, 0, 4, 6, 3])
+    w = torch.rand(7, generator=torch.Generator().manual_seed(4))
+    xr = x.clone().requires_grad_()
+    F.cross_entropy(xr, t, weight=w, reduction=reduction).sum().backward()
+    xn = x.npu().requires_grad_()
+    loss = torch.compile(lambda a, b, c: F.cross_entropy(a, b, weight=c, reduction=reduction).sum(),
+                         backend="npu")(xn, t.npu(), w.npu())
+    loss.backward()
+    torch.testing.assert_close(loss.cpu(), F.cross_entropy(x, t, weight=w, reduction=reduction).sum())
+    torch.testing.assert_close(xn.grad.cpu(), xr.grad)
+    record = compiler.last_compile()
+    fwd = record.graph("forward").snapshot("pattern_fusion")
+    bwd = record.graph("backward").snapshot("pattern_fusion")
+    assert any("npu.log_softmax_nll (" in c for c in fwd.changes)
+    assert any("npu.log_softmax_nll_backward" in c for c in bwd.changes)
+    targets = {n.target for g in (fwd, bwd) for n in g.graph.nodes}
+    assert aten._log_softmax.default not in targets and aten.nll_loss_backward.default not in targets
+
+
+def test_fused_cross_entropy_rejects_a_bad_target():
+    x, t = _randn(4, 3).npu(), torch.tensor([0, 1, 3, 2]).npu()
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        torch.ops.npu.log_softmax_nll(x, t, None, 1, -100)

@@ -1,7 +1,11 @@
 """numba kernels for losses."""
 
+import math
+
 import numba
 from numba import prange
+
+from .fast_math import fast_exp
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -35,6 +39,52 @@ def nll_backward(grad, target, weight, ignore_index, scale, per_sample, out):
         if t != ignore_index:
             g = grad[i] if per_sample else grad[0]
             out[i, t] = -weight[t] * g * scale
+
+
+@numba.njit(parallel=True, fastmath=True, **_opts)
+def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
+    """Cross-entropy forward in one pass per row: ``out`` = log_softmax(x), per-sample
+    loss -w[t] * out[i, t]. A target out of range marks its row with weight -1."""
+    n, c = x.shape
+    for i in prange(n):
+        xr = x[i]
+        orow = out[i]
+        m = xr[0]
+        for j in range(1, c):
+            if xr[j] > m:
+                m = xr[j]
+        s = 0.0
+        for j in range(c):
+            s += fast_exp(xr[j] - m)
+        lse = m + math.log(s)
+        for j in range(c):
+            orow[j] = xr[j] - lse
+        t = target[i]
+        if t == ignore_index:
+            losses[i] = 0
+            weights[i] = 0
+        elif t < 0 or t >= c:
+            losses[i] = 0
+            weights[i] = -1
+        else:
+            losses[i] = -weight[t] * orow[t]
+            weights[i] = weight[t]
+
+
+@numba.njit(parallel=True, fastmath=True, **_opts)
+def log_softmax_nll_backward_rows(grad, logp, target, weight, ignore_index, scale, per_sample, out):
+    """d(cross-entropy)/d(x) in one pass: w[t] * g * scale * (softmax(x) - onehot(t)) per row."""
+    n, c = out.shape
+    for i in prange(n):
+        t = target[i]
+        if t == ignore_index or t < 0 or t >= c:
+            for j in range(c):
+                out[i, j] = 0
+            continue
+        g = (grad[i] if per_sample else grad[0]) * weight[t] * scale
+        for j in range(c):
+            out[i, j] = g * fast_exp(logp[i, j])
+        out[i, t] -= g
 
 
 @numba.njit(parallel=True, **_opts)

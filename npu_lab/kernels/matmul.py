@@ -308,14 +308,30 @@ def _zeros(dtype: np.dtype) -> np.ndarray:
     return z
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=True)
+def _row_sums(a, out, zero):  # pragma: no cover - compiled
+    for i in range(a.shape[0]):
+        row = a[i]
+        s = zero
+        for kk in range(a.shape[1]):
+            s += row[kk]
+        out[i] = s
+
+
 def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
-       epilogue: str | Epilogue = "none", bias: np.ndarray | None = None, extra: Sequence[object] = ()) -> None:
+       epilogue: str | Epilogue = "none", bias: np.ndarray | None = None, extra: Sequence[object] = (),
+       a_row_sums: np.ndarray | None = None) -> None:
     """out[:] = epilogue(a @ b) for 2-D arrays of any strides (``out`` C-contiguous).
 
     ``extra`` are the values of an :class:`Epilogue`'s ``params``, in order.
+    ``a_row_sums``, if given, receives the sum of each row of ``a``, taken from
+    the packed copy while it is in cache (a weight gradient ``g.T @ x`` gives
+    the bias gradient ``g.sum(0)`` this way).
     """
     mod = module(*tiles, epilogue)
     a = pack_rows(a)
+    if a_row_sums is not None:
+        _row_sums(a, a_row_sums, _zeros(a_row_sums.dtype)[0])
     m, k = a.shape
     n = b.shape[1]
     zeros = _zeros(out.dtype)

@@ -14,6 +14,10 @@ autograd formula, so it behaves like any ATen operator:
 * ``torch.ops.npu.fused_attention(q, k, v, attn_mask, is_causal, scale)``:
   scaled-dot-product attention in one pass per query row, returning the
   output and the log-sum-exp the backward needs.
+* ``torch.ops.npu.log_softmax_nll(x, target, weight, reduction, ignore_index)`` and
+  ``torch.ops.npu.log_softmax_nll_backward(...)``: cross-entropy's forward and its
+  input gradient, one kernel each. They appear only in compiled graphs (after
+  AOTAutograd has split forward from backward), so they have no autograd formula.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..kernels import loss as lk
 from ..kernels import matmul as mk
+from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .conv import conv_traffic
 from .linalg import tiles
+from .losses import MEAN, NONE, _nll_inputs, nll_reduce
 
 
 @torch.library.custom_op("npu::linear_relu", mutates_args=(), device_types="npu")
@@ -172,3 +179,63 @@ def _(x, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, strid
     ho = (x.shape[2] + 2 * padding[0] - dilation[0] * (kh - 1) - 1) // stride[0] + 1
     wo = (x.shape[3] + 2 * padding[1] - dilation[1] * (kw - 1) - 1) // stride[1] + 1
     return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
+
+
+@torch.library.custom_op("npu::log_softmax_nll", mutates_args=(), device_types="npu")
+def log_softmax_nll(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
+                    ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cross-entropy's forward in one kernel: (log_softmax(x, 1), loss, total weight).
+
+    What ``_log_softmax`` followed by ``nll_loss_forward`` compute, in one pass
+    over each row of the (N, C) scores; the log-probabilities are returned too,
+    since the backward needs them.
+    """
+    xc, t, w = _nll_inputs(x, target, weight)
+    n = xc.shape[0]
+    logp = empty(x.shape, x.dtype)
+    losses = np.empty(n, dtype=np.float64)
+    weights = np.empty(n, dtype=np.float64)
+    if n:
+        sized(lk.log_softmax_nll_rows, x.numel())(xc, t, w, ignore_index, as_array(logp), losses, weights)
+        if weights.min() < 0:
+            raise IndexError(f"Target {t[int(np.argmin(weights))]} is out of bounds.")
+    loss, total_weight = nll_reduce(losses, weights, reduction, True, x.dtype)
+    launch("log_softmax_nll", 6 * x.numel(), nbytes(x) + nbytes(target), nbytes(logp) + nbytes(loss))
+    return logp, loss, total_weight
+
+
+@log_softmax_nll.register_fake
+def _(x, target, weight, reduction, ignore_index):
+    loss = x.new_empty((x.shape[0],) if reduction == NONE else ())
+    return x.new_empty(x.shape), loss, x.new_empty(())
+
+
+@torch.library.custom_op("npu::log_softmax_nll_backward", mutates_args=(), device_types="npu")
+def log_softmax_nll_backward(grad: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
+                             weight: torch.Tensor | None, reduction: int, ignore_index: int,
+                             total_weight: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy's input gradient in one kernel, from the saved log-probabilities.
+
+    ``nll_loss_backward`` followed by ``_log_softmax_backward_data`` make a
+    mostly-zero (N, C) gradient and then read it back; this computes
+    ``w[t] * grad * scale * (softmax(x) - onehot(t))`` row by row instead.
+    """
+    check_same_device("npu::log_softmax_nll_backward", grad, total_weight)
+    lp, t, w = _nll_inputs(logp, target, weight)
+    out = empty(logp.shape, logp.dtype)
+    scale = 1.0
+    if reduction == MEAN:
+        tw = float(as_array(total_weight))
+        scale = 1.0 / tw if tw else 0.0
+    g = as_array(grad.contiguous()).reshape(-1)
+    per_sample = reduction == NONE
+    sized(lk.log_softmax_nll_backward_rows, logp.numel())(g, lp, t, w, ignore_index, scale, per_sample,
+                                                          as_array(out))
+    launch("log_softmax_nll_backward", 3 * logp.numel(), nbytes(grad) + nbytes(logp) + nbytes(target),
+           nbytes(out))
+    return out
+
+
+@log_softmax_nll_backward.register_fake
+def _(grad, logp, target, weight, reduction, ignore_index, total_weight):
+    return logp.new_empty(logp.shape)

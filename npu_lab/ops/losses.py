@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from ..kernels import loss as lk
+from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .pointwise import pointwise
 from .reductions import _reduce_sum
@@ -58,18 +59,27 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     bad = lk.nll_forward(x, t, w, ignore_index, losses, weights)
     if bad >= 0:
         raise IndexError(f"Target {t[bad]} is out of bounds.")
-    total_weight = empty((), self.dtype)
-    as_array(total_weight)[...] = weights.sum()
-    if reduction == NONE and self.dim() == 2:
-        out = empty((n,), self.dtype)
+    out, total_weight = nll_reduce(losses, weights, reduction, self.dim() == 2, self.dtype)
+    launch("nll_loss", 2 * n, nbytes(self) + nbytes(target), nbytes(out))
+    return out, total_weight
+
+
+def nll_reduce(losses: np.ndarray, weights: np.ndarray, reduction: int, batched: bool,
+               dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, total weight) as ``nll_loss_forward`` returns them, from per-sample losses and weights."""
+    total_weight = empty((), dtype)
+    weight_sum = weights.sum()
+    # like ATen, the unreduced loss of a batch reports a total weight of 0
+    as_array(total_weight)[...] = 0 if reduction == NONE and batched else weight_sum
+    if reduction == NONE and batched:
+        out = empty((losses.shape[0],), dtype)
         as_array(out)[...] = losses
     else:
-        out = empty((), self.dtype)
+        out = empty((), dtype)
         total = losses.sum()
         if reduction == MEAN:
-            total = total / weights.sum() if weights.sum() else np.nan
+            total = total / weight_sum if weight_sum else np.nan
         as_array(out)[...] = total
-    launch("nll_loss", 2 * n, nbytes(self) + nbytes(target), nbytes(out))
     return out, total_weight
 
 
@@ -84,7 +94,7 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     if reduction == MEAN:
         tw = float(as_array(total_weight))
         scale = 1.0 / tw if tw else 0.0
-    lk.nll_backward(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape))
+    sized(lk.nll_backward, out.numel())(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape))
     launch("nll_loss_backward", self.numel(), nbytes(grad_output) + nbytes(target), nbytes(out))
     return out
 

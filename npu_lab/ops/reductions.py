@@ -281,7 +281,7 @@ def _softmax_impl(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
     out = empty(xt.shape, x.dtype)
     if x.numel():
         n = xt.shape[-1]
-        rk.softmax_rows(as_array(xt).reshape(-1, n), as_array(out).reshape(-1, n), log)
+        sized(rk.softmax_rows, x.numel())(as_array(xt).reshape(-1, n), as_array(out).reshape(-1, n), log)
     launch("log_softmax" if log else "softmax", 5 * x.numel(), nbytes(x), nbytes(out))
     return out.movedim(-1, dim).contiguous() if dim != x.dim() - 1 else out
 
@@ -296,8 +296,8 @@ def _softmax_bwd(grad: torch.Tensor, output: torch.Tensor, dim: int, log: bool) 
     res = empty(g.shape, grad.dtype)
     if grad.numel():
         n = g.shape[-1]
-        rk.softmax_backward_rows(as_array(g).reshape(-1, n), as_array(o).reshape(-1, n),
-                                 as_array(res).reshape(-1, n), log)
+        sized(rk.softmax_backward_rows, grad.numel())(as_array(g).reshape(-1, n), as_array(o).reshape(-1, n),
+                                                      as_array(res).reshape(-1, n), log)
     launch("log_softmax_backward" if log else "softmax_backward", 4 * grad.numel(),
            nbytes(grad) + nbytes(output), nbytes(res))
     return res.movedim(-1, dim).contiguous() if dim != grad.dim() - 1 else res

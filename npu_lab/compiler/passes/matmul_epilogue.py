@@ -50,7 +50,8 @@ class FusedMatmul:
 
     def __init__(self, name: str, epilogue: mk.Epilogue, shape: tuple[int, int, int], dtype: torch.dtype,
                  fused_ops: Sequence[str], outputs: Sequence[str], has_bias: bool, scalars: Sequence[float],
-                 input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]]) -> None:
+                 input_shapes: Sequence[tuple[int, ...]], output_shapes: Sequence[tuple[int, ...]],
+                 row_sums_shape: tuple[int, ...] | None = None) -> None:
         self.__name__ = self.__qualname__ = name
         self.epilogue = epilogue
         self.shape = shape
@@ -60,6 +61,8 @@ class FusedMatmul:
         self.has_bias = has_bias
         self.input_shapes = list(input_shapes)
         self.output_shapes = list(output_shapes)
+        #: the shape of a last, extra output: the row sums of ``a`` (a bias gradient), if any
+        self.row_sums_shape = row_sums_shape
         np_dtype = np.float32 if dtype == torch.float32 else np.float64
         self.scalars = [np_dtype(s) for s in scalars]
 
@@ -86,10 +89,16 @@ class FusedMatmul:
         outs = [empty(shape, self.dtype) for shape in self.output_shapes]
         arrays = [as_array(o).reshape(m, n) for o in outs]  # contiguous: the same memory as (M, N)
         operands = [self._operand(t, s) for t, s in zip(inputs, self.input_shapes)]
+        sums = None
+        if self.row_sums_shape is not None:
+            outs.append(empty(self.row_sums_shape, self.dtype))
+            sums = as_array(outs[-1]).reshape(m)
         mk.mm(as_array(a), as_array(b), arrays[0], tiles.get((m, n, k), tiles["default"]), epilogue=self.epilogue,
-              bias=None if bias is None else as_array(bias).reshape(n), extra=[*arrays[1:], *operands, *self.scalars])
+              bias=None if bias is None else as_array(bias).reshape(n), extra=[*arrays[1:], *operands, *self.scalars],
+              a_row_sums=sums)
         read = nbytes(a) + nbytes(b) + sum(nbytes(t) for t in rest)
-        launch(self.__name__, 2.0 * m * n * k + m * n * len(self.fused_ops), read, sum(nbytes(o) for o in outs))
+        flops = 2.0 * m * n * k + m * n * (len(self.fused_ops) - 1) + (m * k if sums is not None else 0)
+        launch(self.__name__, flops, read, sum(nbytes(o) for o in outs))
         return tuple(outs)
 
     def __repr__(self) -> str:
@@ -250,12 +259,72 @@ def _fuse(gm: torch.fx.GraphModule, prod: torch.fx.Node) -> str | None:
             f"{len(inputs)} extra input(s), {len(outputs)} output(s)")
 
 
+def _transposed(node: object) -> torch.fx.Node | None:
+    """``g`` if ``node`` is a 2-D transpose of ``g``, else None."""
+    if not isinstance(node, torch.fx.Node) or node.op != "call_function":
+        return None
+    if node.target is aten.t.default or (node.target is aten.permute.default and list(node.args[1]) == [1, 0]):
+        return node.args[0]
+    return None
+
+
+def _fuse_bias_gradient(gm: torch.fx.GraphModule, total: torch.fx.Node) -> str | None:
+    """``sum(g, [0])`` next to ``mm(g.T, x)``: the product's kernel sums the rows of ``g.T`` too."""
+    if total.target is not aten.sum.dim_IntList or total.kwargs or len(total.args) < 2:
+        return None
+    g, dims = total.args[0], total.args[1]
+    gv, tv = _val(g), _val(total)
+    if not (isinstance(gv, torch.Tensor) and isinstance(tv, torch.Tensor) and gv.dim() == 2
+            and list(dims) in ([0], [-2]) and tv.dtype == gv.dtype and _static_shape(gv) is not None):
+        return None
+    prods = [u for t in g.users if _transposed(t) is g for u in t.users
+             if u.op == "call_function" and u.target is aten.mm.default and not u.kwargs and u.args[0] is t
+             and _product(u)]
+    if not prods:
+        return None
+    prod = prods[0]
+    nodes = list(gm.graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    fused = sorted([prod, total], key=order.get)
+    moved = _to_move(fused, nodes, order)
+    if moved is None or (order[total] < order[prod] and any(a in moved for a in prod.all_input_nodes)):
+        return None
+    m, n = _val(prod).shape
+    k = _val(prod.args[1]).shape[0]
+    ops = ["mm", "sum.dim_IntList"]
+    name = f"fused_matmul_{next(_counter)}"
+    fk = FusedMatmul(name, mk.Epilogue("none"), (m, n, k), gv.dtype, ops, ["mm", "sum.dim_IntList"], False, [], [],
+                     [tuple(_val(prod).shape)], row_sums_shape=tuple(tv.shape))
+    with gm.graph.inserting_after(fused[-1]):
+        call = gm.graph.call_function(fk, tuple(prod.args))
+    call.meta["fused"] = fk
+    call.meta["val"] = (_val(prod), tv)
+    previous = call
+    for i, out in enumerate((prod, total)):
+        with gm.graph.inserting_after(previous):
+            get = previous = gm.graph.call_function(operator.getitem, (call, i))
+        get.meta.update(out.meta)
+        out.replace_all_uses_with(get)
+    for node in moved:
+        previous.append(node)
+        previous = node
+    gm.graph.erase_node(total)
+    gm.graph.erase_node(prod)
+    return (f"{name}: fused 2 ops (mm, sum.dim_IntList) -> 1 kernel: the {m}x{k} @ {k}x{n} product g.T @ x "
+            f"also sums g over its rows (a bias gradient) from the packed g.T")
+
+
 def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> list[str]:
     """Fuse every ``mm``/``addmm`` with its elementwise epilogue (in place); returns the changes."""
     changes = []
     for node in list(gm.graph.nodes):
         if _product(node):
             change = _fuse(gm, node)
+            if change:
+                changes.append(change)
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target is aten.sum.dim_IntList:
+            change = _fuse_bias_gradient(gm, node)
             if change:
                 changes.append(change)
     return changes

@@ -7,6 +7,9 @@ On ATen graphs (after AOTAutograd):
 * ``relu(mm(x, t(w)))``            -> ``npu.linear_relu(x, w, None)``
 * ``relu(batch_norm_eval(conv(x)))`` -> ``npu.conv_bn_relu(...)`` (inference graphs: the
   batch norm folds into the convolution's weights at run time; the ReLU is optional)
+* ``nll_loss_forward(_log_softmax(x))`` -> ``npu.log_softmax_nll(x, ...)`` and
+  ``_log_softmax_backward_data(nll_loss_backward(...))`` -> ``npu.log_softmax_nll_backward(...)``
+  (cross-entropy: one kernel each way instead of two)
 
 On the Dynamo graph (before AOTAutograd, see :func:`fuse_attention`):
 
@@ -146,9 +149,64 @@ def _fuse_conv_bn(gm: torch.fx.GraphModule) -> list[str]:
     return changes
 
 
+def _row_dim(node: torch.fx.Node, dim: object) -> bool:
+    """Is ``dim`` the last dimension of ``node``'s 2-D float value?"""
+    v = _val(node)
+    return (isinstance(v, torch.Tensor) and v.dim() == 2 and v.dtype in (torch.float32, torch.float64)
+            and dim in (1, -1))
+
+
+def _fuse_cross_entropy(gm: torch.fx.GraphModule) -> list[str]:
+    import operator
+
+    changes = []
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target == aten.nll_loss_forward.default:
+            logp, target, weight, reduction, ignore_index = node.args
+            if not (isinstance(logp, torch.fx.Node) and logp.target == aten._log_softmax.default
+                    and _row_dim(logp, logp.args[1]) and not logp.args[2]):
+                continue
+            # the fused node takes the log_softmax's place: its other inputs must exist by then
+            if any(isinstance(a, torch.fx.Node) and order[a] > order[logp] for a in (target, weight)):
+                continue
+            if not all(u.target is operator.getitem for u in node.users):
+                continue
+            with gm.graph.inserting_before(logp):
+                fused = gm.graph.call_function(torch.ops.npu.log_softmax_nll.default,
+                                               (logp.args[0], target, weight, reduction, ignore_index))
+                new_logp = gm.graph.call_function(operator.getitem, (fused, 0))
+            fused.meta["val"] = (_val(logp), *_val(node))
+            new_logp.meta.update(logp.meta)
+            logp.replace_all_uses_with(new_logp, delete_user_cb=lambda u, nll=node: u is not nll)
+            for get in list(node.users):
+                get.args = (fused, get.args[1] + 1)
+            gm.graph.erase_node(node)
+            gm.graph.erase_node(logp)
+            changes.append(f"_log_softmax + nll_loss_forward -> npu.log_softmax_nll ({fused.name})")
+        elif node.target == aten._log_softmax_backward_data.default:
+            grad, logp, dim, _dtype = node.args
+            if not (isinstance(grad, torch.fx.Node) and grad.target == aten.nll_loss_backward.default
+                    and len(grad.users) == 1 and _row_dim(logp, dim) and _val(logp).dtype == _val(node).dtype):
+                continue
+            tangent, _, target, weight, reduction, ignore_index, total_weight = grad.args
+            with gm.graph.inserting_before(node):
+                fused = gm.graph.call_function(torch.ops.npu.log_softmax_nll_backward.default,
+                                               (tangent, logp, target, weight, reduction, ignore_index, total_weight))
+            fused.meta.update(node.meta)
+            node.replace_all_uses_with(fused)
+            gm.graph.erase_node(node)
+            gm.graph.erase_node(grad)
+            changes.append(f"nll_loss_backward + _log_softmax_backward_data -> npu.log_softmax_nll_backward "
+                           f"({fused.name})")
+    return changes
+
+
 def pattern_fusion(gm: torch.fx.GraphModule) -> list[str]:
-    """Run the ATen-level rewrites (addmm, linear+relu, conv+batch_norm(+relu))."""
-    changes = _fuse_addmm(gm) + _fuse_linear_relu(gm) + _fuse_conv_bn(gm)
+    """Run the ATen-level rewrites (addmm, linear+relu, conv+batch_norm(+relu), cross-entropy)."""
+    changes = _fuse_addmm(gm) + _fuse_linear_relu(gm) + _fuse_conv_bn(gm) + _fuse_cross_entropy(gm)
     gm.graph.lint()
     gm.recompile()
     return changes
