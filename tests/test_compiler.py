@@ -188,6 +188,24 @@ def test_pattern_fusion_addmm_and_linear_relu():
     torch.testing.assert_close(gm(*args).cpu(), f(*args).cpu(), rtol=1e-5, atol=1e-5)
 
 
+def test_pattern_fusion_folds_permutes():
+    def f(x, y):
+        s = x + y
+        back = s.permute(1, 0, 2).permute(1, 0, 2)  # cancels: s itself
+        moved = s.permute(2, 0, 1).permute(0, 2, 1)  # one permute: (2, 1, 0)
+        return back * 2, moved + 1, x.permute(1, 0, 2).permute(1, 0, 2)  # an input's pair stays
+
+    args = (torch.randn(2, 3, 4, device="npu"), torch.randn(2, 3, 4, device="npu"))
+    gm = _aten_graph(f, *args)
+    changes = passes.pattern_fusion(gm)
+    permutes = [n for n in gm.graph.nodes if n.target is aten.permute.default]
+    assert [list(n.args[1]) for n in permutes] == [[2, 1, 0], [1, 0, 2], [1, 0, 2]]
+    assert len(changes) == 2 and "cancel" in changes[0]
+    for got, want in zip(gm(*args), f(*args)):
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got.cpu(), want.cpu())
+
+
 def test_attention_pattern_becomes_fused_kernel():
     def f(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)

@@ -5,7 +5,8 @@
 
 After a compile, :func:`last_compile` returns what happened: the Dynamo graph,
 and for each ATen graph (forward/backward/inference) the code after every
-pass and the fused kernels generated.
+pass and the fused kernels generated. :data:`history` keeps every record since
+the last :func:`reset`, oldest first.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from . import autotune, passes
 from .backend import compile_graph, decompositions, npu_backend, reset, stats
 from .config import CompilerConfig, config
 from .custom_passes import extra_pass, register_pass, unregister_pass
-from .record import CompileRecord, GraphRecord, PassSnapshot, last_compile
+from .record import CompileRecord, GraphRecord, PassSnapshot, history, last_compile
 
 if "npu" not in __import__("torch")._dynamo.list_backends(exclude_tags=()):
     register_backend(name="npu")(npu_backend)
@@ -41,6 +42,6 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_QuietOptimiz
 
 __all__ = [
     "CompileRecord", "CompilerConfig", "GraphRecord", "PassSnapshot", "autotune", "compile_graph",
-    "config", "decompositions", "extra_pass", "last_compile", "npu_backend", "passes", "register_pass", "reset",
-    "stats", "unregister_pass",
+    "config", "decompositions", "extra_pass", "history", "last_compile", "npu_backend", "passes", "register_pass",
+    "reset", "stats", "unregister_pass",
 ]

@@ -7,6 +7,8 @@ On ATen graphs (after AOTAutograd):
 * ``relu(mm(x, t(w)))``            -> ``npu.linear_relu(x, w, None)``
 * ``relu(batch_norm_eval(conv(x)))`` -> ``npu.conv_bn_relu(...)`` (inference graphs: the
   batch norm folds into the convolution's weights at run time; the ReLU is optional)
+* ``permute(permute(x, p), q)``     -> ``permute(x, p∘q)``, or ``x`` itself when that is the
+  identity (backward graphs transpose weight gradients back and forth)
 * ``nll_loss_forward(_log_softmax(x))`` -> ``npu.log_softmax_nll(x, ...)`` and
   ``_log_softmax_backward_data(nll_loss_backward(...))`` -> ``npu.log_softmax_nll_backward(...)``
   (cross-entropy: one kernel each way instead of two)
@@ -204,9 +206,38 @@ def _fuse_cross_entropy(gm: torch.fx.GraphModule) -> list[str]:
     return changes
 
 
+def _fold_permutes(gm: torch.fx.GraphModule) -> list[str]:
+    changes = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.permute.default:
+            continue
+        inner = node.args[0]
+        if not (isinstance(inner, torch.fx.Node) and inner.op == "call_function"
+                and inner.target is aten.permute.default):
+            continue
+        base = inner.args[0]
+        p, q = list(inner.args[1]), list(node.args[1])
+        nd = len(p)
+        composed = [p[d % nd] % nd for d in q]  # dim d of the result is dim p[q[d]] of the base
+        if composed == list(range(nd)):
+            # an input is left alone: AOTAutograd handles outputs that alias inputs itself
+            if not isinstance(base, torch.fx.Node) or base.op == "placeholder":
+                continue
+            node.replace_all_uses_with(base)
+            gm.graph.erase_node(node)
+            changes.append(f"permute(permute({base.name})) -> {base.name} (the permutations cancel)")
+        else:
+            node.args = (base, composed)
+            changes.append(f"permute(permute({base.name})) -> one permute ({node.name})")
+        if not inner.users:
+            gm.graph.erase_node(inner)
+    return changes
+
+
 def pattern_fusion(gm: torch.fx.GraphModule) -> list[str]:
-    """Run the ATen-level rewrites (addmm, linear+relu, conv+batch_norm(+relu), cross-entropy)."""
-    changes = _fuse_addmm(gm) + _fuse_linear_relu(gm) + _fuse_conv_bn(gm) + _fuse_cross_entropy(gm)
+    """Run the ATen-level rewrites (addmm, linear+relu, conv+batch_norm(+relu), permutes, cross-entropy)."""
+    changes = (_fuse_addmm(gm) + _fuse_linear_relu(gm) + _fuse_conv_bn(gm) + _fold_permutes(gm)
+               + _fuse_cross_entropy(gm))
     gm.graph.lint()
     gm.recompile()
     return changes
