@@ -50,13 +50,19 @@ def forward(q, k, v, bias, has_bias, causal, scale, out, lse, chunks):
         for g in range(c * groups // chunks, (c + 1) * groups // chunks):
             b = g // h_n
             h = g % h_n
-            for j in range(s_n):
-                for e in range(e_n):
-                    kc[j, e] = k[b, h, j, e]
-                for e in range(ev):
-                    vc[j, e] = v[b, h, j, e]
+            _gather_heads(k, v, b, h, kc, vc)
             for i in range(l_n):
                 _forward_row(q, bias, has_bias, causal, scale, out, lse, b, h, i, kc, vc, qr, p, acc)
+
+
+@numba.njit(inline="always", **_opts)
+def _gather_heads(k, v, b, h, kc, vc):
+    """Copy head (b, h) of ``k`` and ``v`` (any strides) into the contiguous scratch ``kc``, ``vc``."""
+    for j in range(kc.shape[0]):
+        for e in range(kc.shape[1]):
+            kc[j, e] = k[b, h, j, e]
+        for e in range(vc.shape[1]):
+            vc[j, e] = v[b, h, j, e]
 
 
 @numba.njit(inline="always", **_opts)
@@ -132,11 +138,7 @@ def backward(dout, q, k, v, bias, has_bias, causal, scale, out, lse, dq, dk, dv,
         dqr = np.empty(e_n, q.dtype)
         dor = np.empty(ev, q.dtype)
         p = np.empty(s_n, q.dtype)
-        for j in range(s_n):
-            for e in range(e_n):
-                kc[j, e] = k[b, h, j, e]
-            for e in range(ev):
-                vc[j, e] = v[b, h, j, e]
+        _gather_heads(k, v, b, h, kc, vc)
         for i in range(l_n):
             row_lse = lse[b, h, i]
             n_keys = min(s_n, i + 1) if causal else s_n

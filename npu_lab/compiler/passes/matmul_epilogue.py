@@ -27,7 +27,17 @@ import torch.fx
 from ...kernels import matmul as mk
 from ...ops.common import as_array, empty, launch, nbytes
 from ...ops.linalg import tiles
-from .pointwise_fusion import _counter, _depends_on, _expr, _fusible, _op_name, _static_shape, _to_move, _val
+from .pointwise_fusion import (
+    _counter,
+    _depends_on,
+    _expr,
+    _fusible,
+    _op_name,
+    _static_shape,
+    _to_move,
+    _val,
+    scalar_params,
+)
 
 aten = torch.ops.aten
 
@@ -198,11 +208,7 @@ def _fuse(gm: torch.fx.GraphModule, prod: torch.fx.Node) -> str | None:
     scalars: list[float] = []
     reading: list[tuple[int, ...]] = [()]  # the shape of the node being emitted
 
-    def lit(value: object) -> str:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return repr(value)
-        scalars.append(float(value))
-        return f"p{len(scalars) - 1}"
+    lit = scalar_params(scalars, "p")
 
     def name_of(a: torch.fx.Node) -> str:
         if a in members:

@@ -339,6 +339,18 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
     return [g for g in groups.values() if len(g) >= 2]
 
 
+def scalar_params(scalars: list[float], prefix: str) -> Callable[[object], str]:
+    """The ``lit`` of :func:`_expr`: a number becomes a kernel parameter (``s0``, ``s1``...
+    for prefix ``s``) whose value is appended to ``scalars``; anything else is written as is."""
+    def lit(value: object) -> str:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return repr(value)
+        scalars.append(float(value))
+        return f"{prefix}{len(scalars) - 1}"
+
+    return lit
+
+
 def _expr(node: torch.fx.Node, name_of: Callable[[torch.fx.Node], str], lit: Callable[[object], str]) -> str:
     """The scalar expression of one elementwise node (tensor operands named by ``name_of``)."""
     exponent = node.args[1] if len(node.args) > 1 else None
@@ -368,11 +380,7 @@ def _emit(group: list[torch.fx.Node]):
     scalars: list[float] = []
     prelude: list[str] = []
 
-    def lit(value: object) -> str:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return repr(value)
-        scalars.append(float(value))
-        return f"s{len(scalars) - 1}"
+    lit = scalar_params(scalars, "s")
 
     def name_of(a: torch.fx.Node) -> str:
         if a not in members and a not in names:
@@ -557,11 +565,7 @@ def _fuse_reduction(gm: torch.fx.GraphModule, red: torch.fx.Node, kind: str, n_r
     epi_inputs: list[torch.fx.Node] = []
     epi_names: dict[torch.fx.Node, str] = {}
 
-    def lit(value: object) -> str:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return repr(value)
-        scalars.append(float(value))
-        return f"s{len(scalars) - 1}"
+    lit = scalar_params(scalars, "s")
 
     def prologue_name(a: torch.fx.Node) -> str:
         if a not in members and a not in names:
