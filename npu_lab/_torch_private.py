@@ -210,3 +210,32 @@ def tracing_paused() -> Iterator[None]:
         yield
     finally:
         torch._C._set_tracing_state(state)
+
+
+def dispatch_modes_active() -> bool:
+    """Is any ``TorchDispatchMode`` on the stack? (torch 2.13: ``torch._C._len_torch_dispatch_stack``)"""
+    return torch._C._len_torch_dispatch_stack() > 0
+
+
+def custom_op_function(op: torch._ops.OpOverload, device_type: str) -> Any:
+    """The Python function a ``torch.library.custom_op`` runs for ``device_type``, or None (torch 2.13).
+
+    Calling it directly skips the custom op's dispatcher wrappers (autograd,
+    dynamo-disable, output checks), which cost tens of microseconds a call;
+    only code that runs below autograd, such as a compiled graph, may do so.
+    """
+    import inspect
+
+    from torch._library.custom_ops import OPDEFS
+
+    opdef = OPDEFS.get(op._schema.name)
+    if opdef is None or op._overloadname != "default":
+        return None
+    wrapped = opdef._backend_fns.get(device_type)
+    if wrapped is None:
+        return None
+    if device_type in opdef._disabled_kernel:
+        return opdef._init_fn
+    # ``register_kernel`` stores ``torch._disable_dynamo(wrapped_fn)``; ``wrapped_fn`` closes over the kernel
+    inner = getattr(wrapped, "__wrapped__", wrapped)
+    return inspect.getclosurevars(inner).nonlocals.get("fn")

@@ -99,6 +99,20 @@ def test_short_k_and_float64_take_the_row_kernel_and_edges():
     assert len(_matmuls(gm)) == 1 and 5 < mk.DOT_MIN_K
 
 
+def test_saturating_epilogues_stay_finite_near_float32_overflow():
+    """tanh(v) and sigmoid(v) for |v| near 44 and 88, where e^(2|v|) or e^|v| is within a factor of
+    two of float32's largest value: kernels compiled with full fast-math (which assumes no
+    infinities) once turned these into NaN."""
+    edge = torch.tensor([44.0, 44.19, 44.2, 44.3, 88.0, 88.4, 88.6, -44.25, -88.5, 3.0], dtype=torch.float32)
+    a = torch.diag(edge)  # a @ I puts each value through the epilogue unchanged
+    b = torch.eye(10)
+    for fn in (lambda a, b: torch.tanh(a @ b) * 2.0, lambda a, b: torch.sigmoid(a @ b) + 1.0,
+               lambda a, b: torch.sigmoid(-(a @ b)) * 3.0):
+        gm, _ = _fuse_and_check(fn, a, b)
+        assert len(_matmuls(gm)) == 1
+        assert not gm(a.npu(), b.npu()).cpu().isnan().any()
+
+
 def test_no_fusion_when_an_input_depends_on_the_product():
     def fn(a, b):
         p = a @ b

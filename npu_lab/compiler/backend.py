@@ -12,9 +12,13 @@
    inputs in an inference graph (``optimizer.step()``) stay in the graph as
    ``copy_`` nodes (``keep_inference_input_mutations``).
 3. Each ATen graph goes through the **passes** (:mod:`npu_lab.compiler.passes`),
-   each recorded for inspection, then runs as an FX ``GraphModule`` whose nodes
-   are NPU kernels: ATen operators dispatched to the npu device, fused
-   operators from the ``npu`` namespace, and generated fused numba kernels.
+   each recorded for inspection. Its nodes are NPU kernels: ATen operators of
+   the npu device, fused operators from the ``npu`` namespace, and generated
+   fused numba kernels.
+4. The graph becomes a **launch plan** (:mod:`npu_lab.compiler.launch_plan`):
+   generated straight-line code that calls those kernels directly on device
+   memory, with views as arrays and intermediates in planned buffers, instead
+   of running each node as an operator call through the dispatcher.
 
 Compiled graphs are cached by graph code and input signature, so a recompile
 that produces an identical graph (or a second model with the same structure)
@@ -29,11 +33,10 @@ from typing import Any
 
 import torch
 import torch.fx
-from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
 from ..ops.registry import CLAIMED
-from . import autotune, custom_passes
+from . import autotune, custom_passes, launch_plan
 from .config import CompilerConfig, config
 from .passes import PIPELINE
 from .passes.foreach_expansion import expand_foreach
@@ -85,6 +88,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
         cached = _cache[key]
         graph_record.snapshots.append(_snapshot("cached", cached, ["reused a compiled graph"]))
         graph_record.kernels = [n.meta["fused"] for n in cached.graph.nodes if "fused" in n.meta]
+        graph_record.plan = cached.meta.get("launch_plan")
+        graph_record.plan_skipped = cached.meta.get("launch_plan_skipped", "")
         return cached
     graph_record.snapshots.append(_snapshot("input", gm, []))
     for switch, run in PIPELINE:
@@ -99,6 +104,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
         tried = autotune.tune_graph(gm)
         graph_record.snapshots.append(_snapshot("autotune", gm, tried))
     graph_record.kernels = [n.meta["fused"] for n in gm.graph.nodes if "fused" in n.meta]
+    if cfg.launch_plan:
+        plan = launch_plan.build(gm)
+        if isinstance(plan, str):
+            gm.meta["launch_plan_skipped"] = graph_record.plan_skipped = plan
+        else:
+            gm.meta["launch_plan"] = graph_record.plan = plan
+    else:
+        gm.meta["launch_plan_skipped"] = graph_record.plan_skipped = "switched off (launch_plan=False)"
     stats["graphs_compiled"] += 1
     if cfg.cache:
         _cache[key] = gm
@@ -149,7 +162,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
     def make(kind: str):
         def compiler(graph: torch.fx.GraphModule, inputs: Sequence[object]):
             compiled = compile_graph(graph, inputs, kind, cfg, record)
-            return make_boxed_func(compiled.forward)
+            return launch_plan.runner(compiled)
 
         return compiler
 

@@ -29,6 +29,9 @@ class CompilerConfig:
         horizontal_fusion: run independent in-place kernels (one per parameter of an
             optimizer step) from one generated kernel, in one launch.
         memory_planning: plan which intermediates share buffers; report the peak saved.
+        launch_plan: run each compiled graph as generated straight-line code that calls its
+            kernels directly on device memory (:mod:`npu_lab.compiler.launch_plan`); False runs
+            the graph node by node, each node an operator call through the dispatcher.
         autotune: time matmul tile sizes per shape and keep the fastest (on-disk cache).
         cache: reuse compiled graphs with the same structure and input signature.
     """
@@ -41,6 +44,7 @@ class CompilerConfig:
     pointwise_fusion: bool = True
     horizontal_fusion: bool = True
     memory_planning: bool = True
+    launch_plan: bool = True
     autotune: bool = False
     cache: bool = True
 
@@ -57,7 +61,7 @@ class CompilerConfig:
         return dataclasses.replace(self, **options)
 
     def passes(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self) if f.name not in ("autotune", "cache")
+        return [f.name for f in dataclasses.fields(self) if f.name not in ("autotune", "cache", "launch_plan")
                 and getattr(self, f.name)]
 
 

@@ -35,6 +35,10 @@ class GraphRecord:
     snapshots: list[PassSnapshot] = field(default_factory=list)
     kernels: list = field(default_factory=list)
     cache_hit: bool = False
+    #: the graph's :class:`~npu_lab.compiler.launch_plan.LaunchPlan` (``plan.source`` is its code)
+    plan: object = None
+    #: why the graph has no launch plan, if it has none
+    plan_skipped: str = ""
 
     def snapshot(self, name: str) -> PassSnapshot:
         for s in self.snapshots:

@@ -41,7 +41,7 @@ def nll_backward(grad, target, weight, ignore_index, scale, per_sample, out):
             out[i, t] = -weight[t] * g * scale
 
 
-@numba.njit(parallel=True, fastmath=True, **_opts)
+@numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)
 def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
     """Cross-entropy forward in one pass per row: ``out`` = log_softmax(x), per-sample
     loss -w[t] * out[i, t]. A target out of range marks its row with weight -1."""
@@ -71,7 +71,7 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
             weights[i] = weight[t]
 
 
-@numba.njit(parallel=True, fastmath=True, **_opts)
+@numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)
 def log_softmax_nll_backward_rows(grad, logp, target, weight, ignore_index, scale, per_sample, out):
     """d(cross-entropy)/d(x) in one pass: w[t] * g * scale * (softmax(x) - onehot(t)) per row."""
     n, c = out.shape

@@ -147,7 +147,7 @@ from numba import prange
 
 from npu_lab.kernels.scalar_math import *  # noqa: F401,F403
 
-_opts = dict(cache=True, nogil=True, fastmath=True, error_model="numpy", boundscheck=False)
+_opts = dict(cache=True, nogil=True, fastmath={{"reassoc", "contract"}}, error_model="numpy", boundscheck=False)
 '''
     fns = []
     for name, loop in (("mm", "prange"), ("mm_serial", "range")):
@@ -308,7 +308,7 @@ def _zeros(dtype: np.dtype) -> np.ndarray:
     return z
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath=True)
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
 def _row_sums(a, out, zero):  # pragma: no cover - compiled
     for i in range(a.shape[0]):
         row = a[i]

@@ -270,6 +270,7 @@ class Trace:
             self._reset()
             return
         from ..compiler import compile_graph, config, stats
+        from ..compiler.launch_plan import runner
 
         metrics.sync_points[reason] += 1
         live = [(node, t) for node, t in list(self.live.items()) if t._trace is self and t._value is None]
@@ -292,7 +293,7 @@ class Trace:
             last_graph = compiled
             # the graph is below autograd (it already contains the backward), so run it without
             with _suspended(), torch.no_grad():
-                values = compiled(*self.inputs)
+                values = runner(compiled)(list(self.inputs))
         except BaseException:
             self._reset()  # drop the failed graph, so the next sync does not fail on it again
             raise

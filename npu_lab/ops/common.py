@@ -23,6 +23,7 @@ from ..kernels.elementwise import ElementwiseKernel, Operand
 __all__ = [
     "NUMPY_DTYPES",
     "as_array",
+    "broadcast_strides",
     "check_same_device",
     "empty",
     "empty_like",
@@ -148,16 +149,17 @@ def _np_scalar(value: object, dtype: torch.dtype) -> object:
     return NUMPY_DTYPES[dtype](value)
 
 
+def broadcast_strides(size: Sequence[int], stride: Sequence[int], shape: Sequence[int]) -> tuple[int, ...]:
+    """The strides of a tensor of ``size``/``stride`` broadcast to ``shape`` (zero where expanded)."""
+    nd = len(shape)
+    pad = nd - len(size)
+    strides = [0] * pad + [0 if size[i] == 1 and shape[pad + i] != 1 else stride[i] for i in range(len(size))]
+    return tuple(strides) if nd else (0,)
+
+
 def operand(t: torch.Tensor, shape: Sequence[int]) -> Operand:
     """``t`` broadcast to ``shape`` as a strided operand (zero strides where expanded)."""
-    nd = len(shape)
-    st = list(t.stride())
-    sz = list(t.shape)
-    pad = nd - len(sz)
-    strides = [0] * pad + [0 if sz[i] == 1 and shape[pad + i] != 1 else st[i] for i in range(len(sz))]
-    if nd == 0:
-        strides = [0]
-    return Operand(flat_array(t), tuple(strides), t.storage_offset())
+    return Operand(flat_array(t), broadcast_strides(t.shape, t.stride(), shape), t.storage_offset())
 
 
 def _flat(t: torch.Tensor) -> np.ndarray:

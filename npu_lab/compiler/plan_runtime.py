@@ -1,0 +1,64 @@
+"""What a launch plan's generated code calls at run time.
+
+A launch plan (:mod:`npu_lab.compiler.launch_plan`) is straight-line Python
+that calls numba kernels on NumPy arrays aliasing device memory. These few
+helpers are all it needs besides the kernels: raw device buffers for
+intermediates, the device block behind a tensor, the device clock, and the
+checks that keep the plan honest about layouts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import _torch_private as private
+from ..device import clock
+from ..device.memory import memory
+from ..device.tensors import DeviceBlock, empty, empty_strided
+
+__all__ = ["alloc", "block", "bump", "conform", "empty", "empty_strided", "launch", "modes_active", "nd"]
+
+#: ``nd(shape, dtype, buffer=block, offset=bytes, strides=bytes)``: an array aliasing device memory.
+nd = np.ndarray
+
+#: Account one kernel on the simulated device clock (see :func:`npu_lab.device.clock.launch`).
+launch = clock.launch
+
+
+def alloc(nbytes: int, index: int = 0) -> DeviceBlock:
+    """A device buffer for an intermediate no tensor ever wraps: allocated and counted like a
+    tensor's (``torch.npu.memory_allocated`` sees it), freed when the returned owner is dropped."""
+    mem = memory(index)
+    return DeviceBlock(mem.malloc(nbytes), mem)
+
+
+def block(t: torch.Tensor) -> np.ndarray:
+    """The device block (a ``uint8`` array) behind ``t``'s storage."""
+    return t.untyped_storage()._npu_mem.array
+
+
+def conform(t: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:
+    """``t`` if it has the layout the plan was built for, else a copy in that layout.
+
+    Kernels the plan calls through the dispatcher choose their outputs' strides
+    themselves; the plan's array code was generated for the strides the graph
+    recorded, so a tensor laid out differently is copied once to match.
+    """
+    if t.shape == shape and t.stride() == stride:
+        return t
+    out = empty_strided(shape, stride, t.dtype)
+    out.copy_(t)
+    return out
+
+
+def bump(*tensors: torch.Tensor) -> None:
+    """Record an in-place write on ``tensors`` (autograd's version counter), as ``Tensor.copy_`` would."""
+    for t in tensors:
+        if not t.is_inference():
+            torch.autograd.graph.increment_version(t)
+
+
+def modes_active() -> bool:
+    """Is a ``TorchDispatchMode`` active? (It must see every operator, so the plan steps aside.)"""
+    return private.dispatch_modes_active()
