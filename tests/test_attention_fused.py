@@ -109,6 +109,17 @@ def test_matmul_packs_only_what_needs_it():
     assert packed.flags.c_contiguous and np.array_equal(packed, w.T)
 
 
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (16, 16), (130, 17), (300, 260)])
+def test_blocked_transposes_serial_and_parallel(shape):
+    """Partial 16 x 16 blocks at both edges; both kernels (pack_rows picks by size) agree with NumPy."""
+    src = np.arange(shape[0] * shape[1], dtype=np.float32).reshape(shape)
+    for kernel in (mk._transpose_into, mk._transpose_into_parallel):
+        dst = np.full(shape[::-1], -1.0, np.float32)
+        kernel(src, dst)
+        assert np.array_equal(dst, src.T)
+    assert np.array_equal(mk.pack_rows(src.T), src.T)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.int64])
 def test_matmul_other_dtypes(dtype):
     rng = np.random.default_rng(3)

@@ -206,3 +206,28 @@ def test_lazy_mode_runs_plans():
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     plan = lazy.last_graph().meta.get("launch_plan")
     assert plan is not None and plan.stats.kernels >= 1 and plan.fallbacks == 0
+
+
+def test_lazy_training_step_names_do_not_collide():
+    """A model moved to npu inside lazy mode makes nodes such as ``_to_copy_default_1``: the plan's
+    constants must not take their names."""
+    x = torch.randn(8, 10, device="npu")
+    y = torch.zeros(8, dtype=torch.long, device="npu")
+    params, names = [], set()
+    for use_lazy in (False, True):
+        with lazy.mode() if use_lazy else torch.enable_grad():
+            torch.manual_seed(0)
+            model = models.mlp().npu()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            for _ in range(2):
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                if use_lazy:
+                    lazy.mark_step()
+                    names |= {n.name for n in lazy.last_graph().graph.nodes}
+            params.append([p.detach().cpu() for p in model.parameters()])
+    assert "_to_copy_default_1" in names
+    for a, b in zip(*params):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+    plan = lazy.last_graph().meta.get("launch_plan")
+    assert plan is not None and plan.fallbacks == 0

@@ -5,8 +5,9 @@
 
 After a compile, :func:`last_compile` returns what happened: the Dynamo graph,
 and for each ATen graph (forward/backward/inference) the code after every
-pass and the fused kernels generated. :data:`history` keeps every record since
-the last :func:`reset`, oldest first.
+pass, the fused kernels generated and the graph's launch plan (``.plan.source``
+is the straight-line code that runs it, see :mod:`npu_lab.compiler.launch_plan`).
+:data:`history` keeps every record since the last :func:`reset`, oldest first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 
 from torch._dynamo import register_backend
 
-from . import autotune, passes
+from . import autotune, launch_plan, passes
 from .backend import compile_graph, decompositions, npu_backend, reset, stats
 from .config import CompilerConfig, config
 from .custom_passes import extra_pass, register_pass, unregister_pass
@@ -42,6 +43,6 @@ logging.getLogger("torch._dynamo.variables.ctx_manager").addFilter(_QuietOptimiz
 
 __all__ = [
     "CompileRecord", "CompilerConfig", "GraphRecord", "PassSnapshot", "autotune", "compile_graph",
-    "config", "decompositions", "extra_pass", "history", "last_compile", "npu_backend", "passes", "register_pass",
-    "reset", "stats", "unregister_pass",
+    "config", "decompositions", "extra_pass", "history", "last_compile", "launch_plan", "npu_backend", "passes",
+    "register_pass", "reset", "stats", "unregister_pass",
 ]

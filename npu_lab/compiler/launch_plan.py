@@ -247,6 +247,7 @@ class _Builder:
                                           "_rt": plan_runtime, "_nd": plan_runtime.nd,
                                           "_launch": plan_runtime.launch}
         self._consts: dict[int, str] = {}
+        self._reserved = {n.name for n in self.nodes}
         self.lines: list[str] = []
         self.stats = PlanStats()
         self.placeholders: list[torch.fx.Node] = []
@@ -411,6 +412,10 @@ class _Builder:
         if name is None:
             stem = "".join(ch if ch.isalnum() else "_" for ch in hint)[:24].strip("_") or "c"
             name = f"_{stem}_{len(self._consts)}"
+            # variables of the code are node names and names made from them ("relu_blk", "mm_own"):
+            # a constant's name must be none of those (a node may be called "_to_copy_default_1")
+            while any(name == r or name.startswith(r + "_") for r in self._reserved):
+                name = "_k" + name
             self._consts[id(obj)] = name
             self.namespace[name] = obj
         return name

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from . import codegen
+from . import codegen, threads
 
 #: (TM, TN) used when no tuned choice exists for a shape.
 DEFAULT_TILES = (4, 4)
@@ -254,31 +254,26 @@ def source(tiles: tuple[int, int] = DEFAULT_TILES, epilogue: str | Epilogue = "n
     return _source(*tiles, epilogue)
 
 
-@numba.njit(cache=True, nogil=True, boundscheck=False)
-def _transpose_into(src, dst):  # pragma: no cover - compiled
-    """dst[j, i] = src[i, j], in 8 x 8 blocks so both sides stay in cache."""
-    m, n = src.shape
-    for j0 in range(0, n, 8):
-        for i0 in range(0, m, 8):
-            for j in range(j0, min(j0 + 8, n)):
-                for i in range(i0, min(i0 + 8, m)):
-                    dst[j, i] = src[i, j]
-
-
 @numba.njit(cache=True, nogil=True, boundscheck=False, parallel=True)
 def _transpose_into_parallel(src, dst):  # pragma: no cover - compiled
-    """The same, with the blocks of 8 columns shared out across threads."""
+    """dst[j, i] = src[i, j], in 16 x 16 blocks so both sides stay in cache; each block is written
+    one contiguous ``dst`` row at a time, and the bands of 16 ``dst`` rows are shared out across threads."""
     m, n = src.shape
-    for jb in prange((n + 7) // 8):
-        j0 = jb * 8
-        for i0 in range(0, m, 8):
-            for j in range(j0, min(j0 + 8, n)):
-                for i in range(i0, min(i0 + 8, m)):
-                    dst[j, i] = src[i, j]
+    for jb in prange((n + 15) // 16):
+        j0 = jb * 16
+        for i0 in range(0, m, 16):
+            i1 = min(i0 + 16, m)
+            for j in range(j0, min(j0 + 16, n)):
+                d = dst[j]
+                for i in range(i0, i1):
+                    d[i] = src[i, j]
 
+
+#: The same loops on the calling thread only (for small matrices).
+_transpose_into = threads._serial_twin(_transpose_into_parallel)
 
 #: Matrices with at least this many values are transposed by all threads.
-PARALLEL_MIN_TRANSPOSE = 1 << 16
+PARALLEL_MIN_TRANSPOSE = 1 << 14
 
 
 def pack_rows(x: np.ndarray) -> np.ndarray:
