@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -514,6 +514,8 @@ class _Builder:
             self._owner_of[v] = owner
             self.line(f"{v.blk} = {owner}.array  # memory plan: buffer {v.buffer}, reused")
             return
+        if owner is not None:  # too small for this value: free it now rather than at return
+            self.line(f"{owner} = None")
         own = f"{v.name}_own"
         self._owner_of[v] = own
         self._owner_bytes[own] = nbytes
@@ -669,4 +671,4 @@ class _Builder:
 
 
 
-__all__ = ["LaunchPlan", "PlanStats", "VIEW_OPS", "Value", "build", "field", "runner"]
+__all__ = ["LaunchPlan", "PlanStats", "VIEW_OPS", "Value", "build", "runner"]
