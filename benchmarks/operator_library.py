@@ -33,6 +33,20 @@ def matmul(n: int = 1024) -> None:
           f"ratio {g_npu / g_cpu:5.2f}   (goal >= 0.5)")
 
 
+def linear_products(batch: int = 128, features: int = 512) -> None:
+    """The three products of an nn.Linear layer's step, each in the layout autograd hands it."""
+    x, w, g = torch.randn(batch, features), torch.randn(features, features), torch.randn(batch, features)
+    xn, wn, gn = x.npu(), w.npu(), g.npu()
+    flops = 2 * batch * features**2
+    print(f"nn.Linear {features}->{features} products at batch {batch} (float32, GFLOP/s):")
+    for label, fn, fn_cpu in (("forward  x @ W.T  (dot kernel)", lambda: xn @ wn.T, lambda: x @ w.T),
+                              ("input    g @ W    (outer kernel)", lambda: gn @ wn, lambda: g @ w),
+                              ("weight   g.T @ x  (outer kernel)", lambda: gn.T @ xn, lambda: g.T @ x)):
+        t_npu, t_cpu = best_of(fn), best_of(fn_cpu)
+        print(f"  {label}: npu {flops / t_npu / 1e9:6.1f}   torch {flops / t_cpu / 1e9:6.1f}   "
+              f"ratio {t_cpu / t_npu:5.2f}")
+
+
 def elementwise(rows: int = 4096, cols: int = 1024) -> None:
     """Bandwidth-bound eager kernels, dense and broadcast, and transcendental ones."""
     x = torch.randn(rows, cols)
@@ -122,6 +136,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, npu_lab {npu_lab.__version__}, {os.cpu_count()} CPU cores, "
           f"start-up heap {'left to the GC' if args.no_freeze else 'frozen (gc.freeze)'}")
     matmul()
+    linear_products()
     elementwise()
     eager_overhead()
     training_step("MLP training step", models.mlp, 64)

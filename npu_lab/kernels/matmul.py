@@ -19,16 +19,29 @@ so the kernel is limited by multiply-adds, not by loads: the sums never go to
 memory until the tile is done. (A tile of sums kept in a scratch buffer instead
 costs a load and a store per multiply-add.) Rows and columns left over when
 ``TM`` or ``TN`` does not divide the matrix are the *edge*: one plain dot
-product per output value, about half the speed. ``TM`` and ``TN`` are unrolled
+product per output value, about half the speed. For float32/float64 the tile
+loop is the LLVM-IR micro-kernel :func:`npu_lab.kernels.simd.dot_tile_4x4` (and
+its siblings), which also folds the tile's vectors of partial sums together at
+the end; the kernel above remains the generic one (integers). ``TM`` and ``TN`` are unrolled
 in the generated source (one variant per pair); they are the *tile sizes* an
 autotuner picks per shape (``npu_lab.compiler.autotune``).
 
-Two shapes do not suit dot products: a short ``K`` (a dot product of ten
-values cannot fill vector registers), and a matrix with only a few rows when
-``B`` would have to be packed (the packing pass over ``B`` costs more than the
-product). For those the kernel takes ``B`` row by row (``mm_rows``): ``TM`` rows
-of ``C`` at a time, each updated by a scaled row of ``B`` per ``k`` (an *axpy*,
-vectorised along ``N``), in a scratch buffer of ``TM x 256`` values.
+The dot-product form needs both operands contiguous along ``K``. Backward
+products are the opposite: ``grad @ W`` (``W`` stored ``(out, in)``) and
+``x.T @ grad`` have ``B`` with contiguous rows and ``K`` as the *row* index, so
+the dot form would first pack a transposed copy of one or both operands. For
+those the kernel takes the *outer-product* form instead (``mm_outer``): each
+``k`` adds ``A[i0:i0+MR, k]`` times ``B[k, j0:j0+NR]`` to a block of sums held
+in vector registers, one row of ``B`` loaded once for ``MR`` rows of ``C``.
+numba does not vectorise that loop by itself; its inner loop is the LLVM-IR
+micro-kernel :func:`npu_lab.kernels.simd.outer_tile`. Nothing is packed, and
+there is no horizontal sum at the end, which also suits a short ``K``.
+
+What is left, integer matrices and a few rows or a short ``K`` when ``B`` would
+have to be packed, runs row by row (``mm_rows``): ``TM`` rows of ``C`` at a
+time, each updated by a scaled row of ``B`` per ``k`` (an *axpy*, vectorised
+along ``N``), in a scratch buffer of ``TM x 256`` values.
+:func:`choose_kernel` says which form a product takes.
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ import numba
 import numpy as np
 from numba import prange
 
-from . import codegen, threads
+from . import codegen, simd, threads
 
 #: (TM, TN) used when no tuned choice exists for a shape.
 DEFAULT_TILES = (4, 4)
@@ -146,6 +159,7 @@ import numpy as np
 from numba import prange
 
 from npu_lab.kernels.scalar_math import *  # noqa: F401,F403
+from npu_lab.kernels.simd import MR, dot_tile_{tm}x{tn}, outer_tile  # micro-kernels version {simd.VERSION}
 
 _opts = dict(cache=True, nogil=True, fastmath={{"reassoc", "contract"}}, error_model="numpy", boundscheck=False)
 '''
@@ -190,7 +204,86 @@ def {name}(a, w, out, bias, zero):
 {_edge_code(epilogue, "            ", "p, ")}
 ''')
     fns += [_rows_source(tm, epilogue, "mm_rows", True), _rows_source(tm, epilogue, "mm_rows_serial", False)]
+    fns += [_outer_source(epilogue, "mm_outer", True), _outer_source(epilogue, "mm_outer_serial", False)]
+    fns += [_dot_source(tm, tn, epilogue, "mm_simd", True), _dot_source(tm, tn, epilogue, "mm_simd_serial", False)]
     return header + "\n\n" + "\n\n".join(fns)
+
+
+def _dot_source(tm: int, tn: int, epilogue: Epilogue, name: str, parallel: bool) -> str:
+    """The dot-product kernel for floats: each tile's sums from :func:`npu_lab.kernels.simd` (``dot_tile``),
+    whose vectors of partial sums are folded together rather than summed one by one; the last
+    ``k % lanes`` terms and the epilogue follow per value."""
+    loop = "prange" if parallel else "range"
+    extra = "".join(f", {p}" for p in epilogue.params)
+    store = "\n".join("                " + line for line in _store_code(epilogue, "i", ""))
+    return f'''@numba.njit(parallel={parallel}, **_opts)
+def {name}(a, w, out, lanes, bias, zero{extra}):
+    m, k = a.shape
+    n = w.shape[0]
+    ni = m // {tm}
+    nj = n // {tn}
+    kmain = k - k % lanes
+    for t in {loop}(ni * nj):          # full tiles
+        i0 = (t // nj) * {tm}
+        j0 = (t % nj) * {tn}
+        dot_tile_{tm}x{tn}(a, w, out, i0, j0, kmain)
+        for i in range(i0, i0 + {tm}):
+            for j in range(j0, j0 + {tn}):
+                v = out[i, j]
+                for kk in range(kmain, k):
+                    v += a[i, kk] * w[j, kk]
+{store}
+    mf = ni * {tm}
+    nf = nj * {tn}
+    for i in {loop}(m):                # edge: columns right of the last full tile, rows below it
+        for j in range(nf if i < mf else 0, n):
+{_edge_code(epilogue, "            ", "")}
+'''
+
+
+def _outer_source(epilogue: Epilogue, name: str, parallel: bool) -> str:
+    """The outer-product kernel: b is (K, N) with contiguous rows, a in any layout, nothing packed.
+
+    Full MR x nr blocks of ``out`` come from :func:`npu_lab.kernels.simd.outer_tile`
+    (sums held in vector registers), then the epilogue runs over the block while it
+    is in cache. Rows and columns outside whole blocks are summed row by row.
+    """
+    loop = "prange" if parallel else "range"
+    extra = "".join(f", {p}" for p in epilogue.params)
+    plain = not epilogue.body and epilogue.writes == ("v",)
+    store = "\n".join("                " + line for line in _store_code(epilogue, "i", ""))
+    block = "" if plain else f"""
+        for i in range(i0, i0 + MR):
+            for j in range(j0, j0 + nr):
+                v = out[i, j]
+{store}"""
+    edge_store = "\n".join("            " + line for line in _store_code(epilogue, "i", ""))
+    return f'''@numba.njit(parallel={parallel}, **_opts)
+def {name}(a, b, out, nr, bias, zero{extra}):
+    m, k = a.shape
+    n = b.shape[1]
+    ni = m // MR
+    nj = n // nr
+    for t in {loop}(ni * nj):          # whole blocks; consecutive t share a panel of b
+        i0 = (t % ni) * MR
+        j0 = (t // ni) * nr
+        outer_tile(a, b, out, i0, j0, k){block}
+    mf = ni * MR
+    nf = nj * nr
+    for i in {loop}(m):                # edge: columns right of the last block, rows below it
+        j1 = nf if i < mf else 0
+        if j1 >= n:
+            continue
+        for j in range(j1, n):
+            out[i, j] = zero
+        for kk in range(k):
+            aik = a[i, kk]
+            for j in range(j1, n):
+                out[i, j] += aik * b[kk, j]
+        for j in range(j1, n):
+            v = out[i, j]
+{edge_store}
+'''
 
 
 def _rows_source(tm: int, epilogue: Epilogue, name: str, parallel: bool) -> str:
@@ -313,27 +406,75 @@ def _row_sums(a, out, zero):  # pragma: no cover - compiled
         out[i] = s
 
 
+@numba.njit(cache=True, nogil=True, boundscheck=False, fastmath={"reassoc", "contract"})
+def _col_sums(at, out, zero):  # pragma: no cover - compiled
+    """out[i] = sum over k of at[k, i]: the row sums of ``a = at.T``, read along at's contiguous rows."""
+    for i in range(at.shape[1]):
+        out[i] = zero
+    for kk in range(at.shape[0]):
+        row = at[kk]
+        for i in range(at.shape[1]):
+            out[i] += row[i]
+
+
+def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
+    """Which kernel :func:`mm` runs for ``a @ b`` into ``out``: "dot", "outer" or "rows".
+
+    * "dot" when ``a`` and ``b.T`` already have contiguous rows (``x @ weight.T``):
+      nothing to pack, long dot products;
+    * "outer" when the rows of ``b`` are contiguous (``grad @ weight``,
+      ``x.T @ grad``) and the output holds at least one whole block: nothing to pack;
+    * "rows" for a short ``K`` or a few rows when ``b`` would need packing;
+    * "dot" on packed copies otherwise.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    if a.flags.c_contiguous and b.T.flags.c_contiguous and k >= DOT_MIN_K:
+        return "dot"
+    dt = out.dtype
+    cols = simd.TILE_COLS.get(dt)
+    if (cols is not None and n >= cols and m >= simd.MR and a.dtype == dt and b.dtype == dt
+            and b.strides[1] == dt.itemsize and out.flags.c_contiguous):
+        return "outer"
+    if n >= ROWS_MIN_COLS and (k < DOT_MIN_K or (m < PACK_MIN_ROWS and not b.T.flags.c_contiguous)):
+        return "rows"
+    return "dot"
+
+
 def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
        epilogue: str | Epilogue = "none", bias: np.ndarray | None = None, extra: Sequence[object] = (),
        a_row_sums: np.ndarray | None = None) -> None:
     """out[:] = epilogue(a @ b) for 2-D arrays of any strides (``out`` C-contiguous).
 
     ``extra`` are the values of an :class:`Epilogue`'s ``params``, in order.
-    ``a_row_sums``, if given, receives the sum of each row of ``a``, taken from
-    the packed copy while it is in cache (a weight gradient ``g.T @ x`` gives
-    the bias gradient ``g.sum(0)`` this way).
+    ``a_row_sums``, if given, receives the sum of each row of ``a`` (a weight
+    gradient ``g.T @ x`` gives the bias gradient ``g.sum(0)`` this way).
+    :func:`choose_kernel` says which kernel runs.
     """
     mod = module(*tiles, epilogue)
-    a = pack_rows(a)
-    if a_row_sums is not None:
-        _row_sums(a, a_row_sums, _zeros(a_row_sums.dtype)[0])
     m, k = a.shape
     n = b.shape[1]
     zeros = _zeros(out.dtype)
     bias = zeros if bias is None else pack_rows(bias.reshape(-1))
     parallel = m * n * k >= PARALLEL_MIN_WORK
-    if n >= ROWS_MIN_COLS and (k < DOT_MIN_K or (m < PACK_MIN_ROWS and not b.T.flags.c_contiguous)):
+    kind = choose_kernel(a, b, out)
+    if kind == "outer":
+        if a_row_sums is not None:
+            if a.T.flags.c_contiguous:
+                _col_sums(a.T, a_row_sums, zeros[0])
+            else:
+                _row_sums(a, a_row_sums, zeros[0])
+        (mod.mm_outer if parallel else mod.mm_outer_serial)(a, b, out, simd.TILE_COLS[out.dtype], bias, zeros[0],
+                                                            *extra)
+        return
+    a = pack_rows(a)
+    if a_row_sums is not None:
+        _row_sums(a, a_row_sums, zeros[0])
+    if kind == "rows":
         (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b), out, bias, zeros[0], *extra)
+    elif out.dtype in simd.TILE_COLS and a.dtype == out.dtype and b.dtype == out.dtype:
+        lanes = simd.LANES_OF[out.dtype]
+        (mod.mm_simd if parallel else mod.mm_simd_serial)(a, pack_rows(b.T), out, lanes, bias, zeros[0], *extra)
     else:
         (mod.mm if parallel else mod.mm_serial)(a, pack_rows(b.T), out, bias, zeros[0], *extra)
 

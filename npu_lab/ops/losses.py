@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device.tensors import NUMPY_DTYPES, block_of
 from ..kernels import loss as lk
 from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
@@ -33,19 +34,29 @@ def mse_loss_backward(grad_output, self, target, reduction):
                      named={"s": scale}, flops=3)
 
 
+_ONES: dict[tuple[int, np.dtype], np.ndarray] = {}
+
+
 def _nll_inputs(self, target, weight):
+    """(scores as an (N, C) array, targets as int64, class weights) for the NLL kernels."""
     check_same_device("aten::nll_loss_forward", self, target, weight)
     if target.dtype not in (torch.int64, torch.uint8, torch.int32):
         raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
     x = self if self.dim() == 2 else self.reshape(1, -1)
-    t = target.reshape(-1)
+    t = target if target.dim() == 1 else target.reshape(-1)
     if x.shape[0] != t.shape[0]:
         raise ValueError(
             f"Expected input batch_size ({x.shape[0]}) to match target batch_size ({t.shape[0]})."
         )
-    c = x.shape[1]
-    w = as_array(weight.contiguous()) if weight is not None else np.ones(c, dtype=as_array(x).dtype)
-    return as_array(x.contiguous()), as_array(t.contiguous()).astype(np.int64), w
+    xa = as_array(x.contiguous())
+    if weight is not None:
+        w = as_array(weight.contiguous())
+    else:  # no class weights: ones, made once per (C, dtype) and only ever read
+        w = _ONES.get((x.shape[1], xa.dtype))
+        if w is None:
+            w = _ONES[(x.shape[1], xa.dtype)] = np.ones(x.shape[1], dtype=xa.dtype)
+    ta = as_array(t.contiguous())
+    return xa, (ta if ta.dtype == np.int64 else ta.astype(np.int64)), w
 
 
 @register("nll_loss_forward")
@@ -64,23 +75,25 @@ def nll_loss_forward(self, target, weight, reduction, ignore_index):
     return out, total_weight
 
 
+def _filled(shape: tuple[int, ...], dtype: torch.dtype, values: object) -> torch.Tensor:
+    """A new contiguous npu tensor holding ``values`` (a number or an array of ``shape``)."""
+    out = empty(shape, dtype)
+    block_of(out).view(NUMPY_DTYPES[dtype])[:out.numel()] = values
+    return out
+
+
 def nll_reduce(losses: np.ndarray, weights: np.ndarray, reduction: int, batched: bool,
                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, total weight) as ``nll_loss_forward`` returns them, from per-sample losses and weights."""
-    total_weight = empty((), dtype)
     weight_sum = weights.sum()
     # like ATen, the unreduced loss of a batch reports a total weight of 0
-    as_array(total_weight)[...] = 0 if reduction == NONE and batched else weight_sum
+    total_weight = _filled((), dtype, 0 if reduction == NONE and batched else weight_sum)
     if reduction == NONE and batched:
-        out = empty((losses.shape[0],), dtype)
-        as_array(out)[...] = losses
-    else:
-        out = empty((), dtype)
-        total = losses.sum()
-        if reduction == MEAN:
-            total = total / weight_sum if weight_sum else np.nan
-        as_array(out)[...] = total
-    return out, total_weight
+        return _filled((losses.shape[0],), dtype, losses), total_weight
+    total = losses.sum()
+    if reduction == MEAN:
+        total = total / weight_sum if weight_sum else np.nan
+    return _filled((), dtype, total), total_weight
 
 
 @register("nll_loss_backward")

@@ -317,7 +317,7 @@ def _fuse_bias_gradient(gm: torch.fx.GraphModule, total: torch.fx.Node) -> str |
     gm.graph.erase_node(total)
     gm.graph.erase_node(prod)
     return (f"{name}: fused 2 ops (mm, sum.dim_IntList) -> 1 kernel: the {m}x{k} @ {k}x{n} product g.T @ x "
-            f"also sums g over its rows (a bias gradient) from the packed g.T")
+            f"also sums g over its rows (a bias gradient) in the same launch")
 
 
 def fuse_matmul_epilogues(gm: torch.fx.GraphModule) -> list[str]:

@@ -1,0 +1,218 @@
+"""GEMM micro-kernels written in LLVM vector IR, callable from numba.
+
+numba has no SIMD types: it vectorises loops when LLVM can prove it safe and
+profitable. The inner loop of a fast matrix product is not such a loop. It
+keeps a small block of ``C`` in vector *registers* for the whole ``K`` loop,
+and at each ``k`` it adds an outer product to the block:
+
+    for k:                                       # MR x (NV vectors) sums stay in registers
+        b_0 .. b_{NV-1} = B[k, j0 : j0 + NV * W]  # NV vector loads of one row of B
+        for r in 0..MR-1:
+            a = broadcast(A[i0 + r, k])          # one scalar, copied to every lane
+            acc[r][c] = fma(a, b_c, acc[r][c])   # NV fused multiply-adds
+
+Written as scalar numba code this block is ``MR * NV * W`` separate sums,
+which LLVM's SLP vectoriser does not regroup into vectors; the result runs at
+scalar speed. :func:`outer_tile` emits the loop directly as LLVM IR instead,
+with ``<W x float>`` values and the ``llvm.fma`` intrinsic, through numba's
+:func:`numba.extending.intrinsic` hook. Each ``B`` value loaded serves ``MR``
+multiply-adds and each ``A`` value ``NV * W``, so the loop is limited by the
+FMA units, like a BLAS micro-kernel.
+
+The form suits ``B`` whose rows are contiguous (``b.strides[1] == itemsize``)
+and reads ``A`` one scalar at a time, in any layout. Backward products have
+exactly these operands: ``grad @ W`` (``W`` is stored ``(out, in)``) and
+``x.T @ grad`` (both stored batch-major), so they need no packing copy.
+
+``dot_tile_{TM}x{TN}`` is the other form, for operands both contiguous along
+``K`` (``x @ weight.T``): ``TM x TN`` dot products at once, each a vector of
+partial sums. LLVM's own vectorisation of that loop ends with one horizontal
+sum per output; here the ``TM * TN`` vectors are *folded* together (add the
+halves of pairs of vectors, then of the results...), so 16 sums cost 15 vector
+adds instead of 16 reductions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+#: Lanes of one vector register of each float type (512 bits).
+LANES = {types.float32: 16, types.float64: 8}
+#: Rows of C a micro-kernel call computes.
+MR = 4
+#: Vectors per row: a call computes MR x (NV * lanes) values of C.
+NV = 4
+#: Bump when the emitted IR changes: generated kernels embed it, so their numba cache is rebuilt.
+VERSION = 2
+
+
+#: Columns of C one micro-kernel call computes, per NumPy dtype.
+TILE_COLS = {np.dtype(np.float32): NV * 16, np.dtype(np.float64): NV * 8}
+#: Lanes of a vector register per NumPy dtype.
+LANES_OF = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}
+
+
+@intrinsic
+def outer_tile(typingctx, a, b, out, i0, j0, k):
+    """out[i0:i0+MR, j0:j0+NV*W] = a[i0:i0+MR, :k] @ b[:k, j0:j0+NV*W] (see the module docstring).
+
+    ``a``: 2-D, any strides; ``b`` and ``out``: 2-D with contiguous rows; all the same float dtype.
+    The caller guarantees the block lies inside the arrays.
+    """
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)):
+        return None
+    if a.dtype not in LANES or b.dtype != a.dtype or out.dtype != a.dtype:
+        return None
+    sig = types.void(a, b, out, types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        aty, bty, oty = signature.args[:3]
+        av, bv, ov, i0v, j0v, kv = args
+        lanes = LANES[aty.dtype]
+        A = context.make_array(aty)(context, builder, av)
+        B = context.make_array(bty)(context, builder, bv)
+        O = context.make_array(oty)(context, builder, ov)
+        ft = context.get_value_type(aty.dtype)
+        vt = ir.VectorType(ft, lanes)
+        intp = context.get_value_type(types.intp)
+        i8p = ir.IntType(8).as_pointer()
+        itemsize = ir.Constant(intp, context.get_abi_sizeof(ft))
+        sa0, sa1 = cgutils.unpack_tuple(builder, A.strides, 2)  # byte strides
+        sb0 = cgutils.unpack_tuple(builder, B.strides, 2)[0]
+        so0 = cgutils.unpack_tuple(builder, O.strides, 2)[0]
+        width = "f32" if aty.dtype == types.float32 else "f64"
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
+                                             f"llvm.fma.v{lanes}{width}")
+        # the sums live in allocas of the entry block, which LLVM promotes to registers
+        accs = [[cgutils.alloca_once(builder, vt) for _ in range(NV)] for _ in range(MR)]
+        zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
+        for row in accs:
+            for acc in row:
+                builder.store(zero, acc)
+        abase = builder.bitcast(A.data, i8p)
+        arows = [builder.gep(abase, [builder.mul(builder.add(i0v, ir.Constant(intp, r)), sa0)]) for r in range(MR)]
+        bcol = builder.gep(builder.bitcast(B.data, i8p), [builder.mul(j0v, itemsize)])
+        splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        vbytes = lanes * context.get_abi_sizeof(ft)
+        with cgutils.for_range(builder, kv) as loop:
+            kk = loop.index
+            brow = builder.gep(bcol, [builder.mul(kk, sb0)])
+            bvecs = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(intp, c * vbytes)]),
+                                                  vt.as_pointer()), align=1) for c in range(NV)]
+            for r in range(MR):
+                ap = builder.gep(arows[r], [builder.mul(kk, sa1)])
+                s = builder.load(builder.bitcast(ap, ft.as_pointer()))
+                sv = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
+                sv = builder.shuffle_vector(sv, ir.Constant(vt, ir.Undefined), splat)
+                for c in range(NV):
+                    builder.store(builder.call(fma, [sv, bvecs[c], builder.load(accs[r][c])]), accs[r][c])
+        obase = builder.bitcast(O.data, i8p)
+        for r in range(MR):
+            orow = builder.gep(obase, [builder.add(builder.mul(builder.add(i0v, ir.Constant(intp, r)), so0),
+                                                   builder.mul(j0v, itemsize))])
+            for c in range(NV):
+                p = builder.bitcast(builder.gep(orow, [ir.Constant(intp, c * vbytes)]), vt.as_pointer())
+                builder.store(builder.load(accs[r][c]), p, align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _fold(builder, x, y, group: int, lanes: int):
+    """Add the halves of each ``group``-lane group of x and of y: lanes/group groups of each, now half as wide,
+    x's groups first. Folding 2^p vectors this way p times leaves each vector's total in its own group."""
+    half = group // 2
+    lo = [q for g in range(0, lanes, group) for q in range(g, g + half)]
+    hi = [q for g in range(0, lanes, group) for q in range(g + half, g + group)]
+    i32 = ir.IntType(32)
+    lo_mask = ir.Constant(ir.VectorType(i32, lanes), lo + [q + lanes for q in lo])
+    hi_mask = ir.Constant(ir.VectorType(i32, lanes), hi + [q + lanes for q in hi])
+    return builder.fadd(builder.shuffle_vector(x, y, lo_mask), builder.shuffle_vector(x, y, hi_mask))
+
+
+def _make_dot_tile(tm: int, tn: int):
+    @intrinsic
+    def dot_tile(typingctx, a, w, out, i0, j0, k):
+        """out[i0 + r, j0 + c] = dot(a[i0 + r, :k], w[j0 + c, :k]) for a tm x tn tile; k a multiple of the lanes.
+
+        ``a`` and ``w`` have contiguous rows, ``out`` contiguous rows. The tm * tn sums are vectors while
+        ``k`` is walked, then folded together (:func:`_fold`) instead of summed one vector at a time.
+        """
+        if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, w, out)):
+            return None
+        if a.dtype not in LANES or w.dtype != a.dtype or out.dtype != a.dtype:
+            return None
+        sig = types.void(a, w, out, types.intp, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            aty, wty, oty = signature.args[:3]
+            av, wv, ov, i0v, j0v, kv = args
+            lanes = LANES[aty.dtype]
+            A = context.make_array(aty)(context, builder, av)
+            W = context.make_array(wty)(context, builder, wv)
+            O = context.make_array(oty)(context, builder, ov)
+            ft = context.get_value_type(aty.dtype)
+            vt = ir.VectorType(ft, lanes)
+            intp = context.get_value_type(types.intp)
+            i8p = ir.IntType(8).as_pointer()
+            isz = context.get_abi_sizeof(ft)
+            sa0 = cgutils.unpack_tuple(builder, A.strides, 2)[0]
+            sw0 = cgutils.unpack_tuple(builder, W.strides, 2)[0]
+            so0 = cgutils.unpack_tuple(builder, O.strides, 2)[0]
+            width = "f32" if aty.dtype == types.float32 else "f64"
+            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
+                                                 f"llvm.fma.v{lanes}{width}")
+            accs = [cgutils.alloca_once(builder, vt) for _ in range(tm * tn)]
+            zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
+            for acc in accs:
+                builder.store(zero, acc)
+
+            def rows(base, first, stride, count):
+                base = builder.bitcast(base, i8p)
+                return [builder.gep(base, [builder.mul(builder.add(first, ir.Constant(intp, q)), stride)])
+                        for q in range(count)]
+
+            arows, wrows = rows(A.data, i0v, sa0, tm), rows(W.data, j0v, sw0, tn)
+            with cgutils.for_range(builder, builder.sdiv(kv, ir.Constant(intp, lanes))) as loop:
+                off = builder.mul(loop.index, ir.Constant(intp, lanes * isz))
+                avs = [builder.load(builder.bitcast(builder.gep(p, [off]), vt.as_pointer()), align=1) for p in arows]
+                wvs = [builder.load(builder.bitcast(builder.gep(p, [off]), vt.as_pointer()), align=1) for p in wrows]
+                for r in range(tm):
+                    for c in range(tn):
+                        acc = accs[r * tn + c]
+                        builder.store(builder.call(fma, [avs[r], wvs[c], builder.load(acc)]), acc)
+            vecs, group = [builder.load(acc) for acc in accs], lanes
+            while len(vecs) > 1 and group > 1:
+                vecs = [_fold(builder, vecs[p], vecs[p + 1], group, lanes) for p in range(0, len(vecs), 2)]
+                group //= 2
+            obase = builder.bitcast(O.data, i8p)
+            q = 0
+            for v in vecs:  # each group of ``group`` lanes now holds the partial sums of one output
+                for g in range(0, lanes, group):
+                    s = builder.extract_element(v, ir.Constant(ir.IntType(32), g))
+                    for e in range(1, group):
+                        s = builder.fadd(s, builder.extract_element(v, ir.Constant(ir.IntType(32), g + e)))
+                    r, c = divmod(q, tn)
+                    row = builder.mul(builder.add(i0v, ir.Constant(intp, r)), so0)
+                    col = builder.mul(builder.add(j0v, ir.Constant(intp, c)), ir.Constant(intp, isz))
+                    builder.store(s, builder.bitcast(builder.gep(obase, [builder.add(row, col)]), ft.as_pointer()))
+                    q += 1
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    dot_tile.__name__ = f"dot_tile_{tm}x{tn}"
+    return dot_tile
+
+
+#: ``dot_tile_{TM}x{TN}``: the dot-product register tile of the matmul kernel, one per tile shape.
+for _tm in (1, 2, 4):
+    for _tn in (1, 2, 4):
+        globals()[f"dot_tile_{_tm}x{_tn}"] = _make_dot_tile(_tm, _tn)
+
+
+__all__ = ["LANES", "LANES_OF", "MR", "NV", "TILE_COLS", "VERSION", "outer_tile"]
