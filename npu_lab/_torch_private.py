@@ -58,6 +58,21 @@ def create_empty_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tenso
     return torch._C._acc.create_empty_tensor(tuple(shape), dtype)
 
 
+#: ADInplaceOrView (the view's base and shared version counter) above the Meta kernel (its geometry).
+_VIEW_KEYSET = DispatchKeySet(DispatchKey.ADInplaceOrView) | DispatchKeySet(DispatchKey.Meta)
+
+
+def strided_view_below_autograd(base: torch.Tensor, size: Any, stride: Any, offset: int) -> torch.Tensor:
+    """``base.as_strided(size, stride, offset)`` without the autograd and backend layers (torch 2.13).
+
+    The result is a true view: it shares ``base``'s storage and version counter
+    and has ``base`` as its ``_base``, as ADInplaceOrView makes it. It carries no
+    autograd history, so only code that runs below autograd (a compiled graph)
+    may use it, and only for tensors that do not require grad.
+    """
+    return torch.ops.aten.as_strided.default.redispatch(_VIEW_KEYSET, base, size, stride, offset)
+
+
 def meta_redispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     """Run ``op``'s Meta kernel on device tensors: metadata only, no data touched.
 

@@ -231,3 +231,52 @@ def test_lazy_training_step_names_do_not_collide():
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
     plan = lazy.last_graph().meta.get("launch_plan")
     assert plan is not None and plan.fallbacks == 0
+
+
+def test_escaping_views_cost_no_view_operator():
+    """A kernel output that leaves the graph through a reshape is allocated in the reshape's shape;
+    other escaping views are made from their build-time geometry, sharing storage and versions."""
+    torch.manual_seed(0)
+    model = models.mlp(12, 16, 4).npu()
+    x, y = models.example_batch(model, 8, "npu")
+    compiled = torch.compile(lambda x, y: models.loss_fn(model, model(x), y), backend="npu")
+    compiled(x, y).backward()
+    backward = _graphs("backward")[-1].plan.source
+    forward = _graphs("forward")[-1].plan.source
+    # the bias gradients (sum with keepdim, then view) are allocated as (n,) tensors: no view call at all
+    assert re.search(r"view_\d+ = _rt\.empty\(\(16,\)", backward) and "_aten_view" not in backward
+    assert "_rt.view(" in forward  # the saved weight.T views
+    # the views those plans make are true views: same storage, and an in-place write is seen through them
+    w = torch.randn(6, 4).npu()
+    v = launch_plan.plan_runtime.view(w, (4, 6), (1, 4), w.storage_offset(), torch.ops.aten.permute.default,
+                                      ([1, 0],))
+    assert v._base is w and v.untyped_storage()._cdata == w.untyped_storage()._cdata
+    torch.testing.assert_close(v.cpu(), w.cpu().T)
+    before = v._version
+    w.add_(1)
+    assert v._version == before + 1
+    torch.testing.assert_close(v.cpu(), w.cpu().T)
+    # with autograd recording, the operator itself runs (the view then has a grad_fn)
+    p = torch.randn(6, 4).npu().requires_grad_()
+    g = launch_plan.plan_runtime.view(p, (4, 6), (1, 4), 0, torch.ops.aten.permute.default, ([1, 0],))
+    assert g.grad_fn is not None
+
+
+def test_cross_entropy_runs_as_kernels_and_still_rejects_bad_targets():
+    torch.manual_seed(0)
+    x = torch.randn(8, 5).npu().requires_grad_()
+    f = torch.compile(lambda x, t: torch.nn.functional.cross_entropy(x, t), backend="npu")
+    t = torch.randint(0, 5, (8,)).npu()
+    for _ in range(2):  # the first call of an AOT graph runs node by node; the second runs the plan
+        x.grad = None
+        loss = f(x, t)
+        loss.backward()
+    assert "_log_softmax_nll_fwd_" in _graphs("forward")[-1].plan.source
+    assert "_log_softmax_nll_bwd_" in _graphs("backward")[-1].plan.source
+    xc = x.detach().cpu().requires_grad_()
+    ref = torch.nn.functional.cross_entropy(xc, t.cpu())
+    ref.backward()
+    torch.testing.assert_close(loss.cpu(), ref.detach())
+    torch.testing.assert_close(x.grad.cpu(), xc.grad)
+    with pytest.raises(IndexError, match="Target 7 is out of bounds"):
+        f(x, torch.tensor([0, 1, 2, 3, 4, 0, 7, 1]).npu())

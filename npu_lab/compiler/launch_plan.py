@@ -21,7 +21,9 @@ replays:
 * **views cost nothing**: a ``view``/``permute``/``alias`` between two
   kernels becomes an array over the same device block, with the geometry
   worked out at build time; a ``torch.Tensor`` is made only for values that
-  leave the graph or feed an operator the plan does not lower;
+  leave the graph or feed an operator the plan does not lower, and a view
+  that leaves the graph is made from that geometry too (``_rt.view``), or is
+  the very tensor its kernel writes when it only reshapes the kernel's output;
 * **intermediates are raw device buffers**, allocated and freed like tensors
   (the allocator's counters see them), released right after their last use,
   and handed from one intermediate to the next as the memory planner
@@ -94,6 +96,7 @@ class Value:
     conform: bool = False
     needs_torch: bool = False  # a torch.Tensor must exist (graph output, or an operator called with it)
     buffer: int | None = None  # the memory planner's buffer id (new values)
+    tensor_view: Value | None = None  # a kernel output whose only tensor is this reshaping view of it
     # emission state
     tvar: str | None = None
     avar: str | None = None
@@ -399,11 +402,19 @@ class _Builder:
                     if a in self.vals:
                         self.vals[a].needs_torch = True
             elif how == "view" and self.vals[node].needs_torch:
-                self.vals[node.args[0]].needs_torch = True
+                v, base = self.vals[node], self.vals[node.args[0]]
+                if (base.kind == "new" and base.root is base and base.tensor_view is None and v.delta == 0
+                        and v.contiguous and base.contiguous and v.numel == base.numel):
+                    base.tensor_view = v  # allocate the tensor in the view's shape (unless base needs its own)
+                else:
+                    base.needs_torch = True
+        for v in self.vals.values():
+            if v.tensor_view is not None and v.needs_torch:
+                v.tensor_view = None  # the base needs a tensor of its own: the view is made from it
         for node, (_, values) in self.lowered.items():
             for v in values:
                 if v.kind == "new" and v.node is node:
-                    v.buffer = node.meta.get("buffer") if len(values) == 1 else None
+                    v.buffer = node.meta.get("buffer") if len(values) == 1 and v.tensor_view is None else None
 
     # -- emission -----------------------------------------------------------------------------
     def const(self, obj: object, hint: str = "c") -> str:
@@ -496,6 +507,13 @@ class _Builder:
 
     def _alloc(self, v: Value, reuse: dict[int, str]) -> None:
         """Emit the allocation of a kernel output."""
+        if v.tensor_view is not None:  # a reshaping view leaves the graph: its tensor holds the kernel's output
+            t = v.tensor_view
+            t.tvar = t.name
+            self.line(f"{t.tvar} = _rt.empty({t.shape!r}, {self._torch_dtype(t.dtype)})")
+            v.blk, v.eoff = f"{v.name}_blk", "0"
+            self.line(f"{v.blk} = _rt.block({t.tvar})")
+            return
         if v.needs_torch:
             v.tvar = v.name
             if v.contiguous:
@@ -589,10 +607,9 @@ class _Builder:
             elif how == "view":
                 self.stats.views += 1
                 v = self.vals[node]
-                if v.needs_torch:
+                if v.needs_torch and v.tvar is None:  # (set already if its base was allocated as this view)
                     v.tvar = node.name
-                    self.line(f"{node.name} = {self.const(node.target, str(node.target))}"
-                              f"({', '.join(self._call_args(node))})")
+                    self._emit_view(node, v)
             elif how == "alias":
                 pass
             else:
@@ -601,6 +618,19 @@ class _Builder:
                 for dead in last.get(idx, ()):
                     self._free(dead, reuse)
         return "\n".join(head + self.lines) + "\n"
+
+    def _emit_view(self, node: torch.fx.Node, v: Value) -> None:
+        """A view that must exist as a tensor: made from its build-time geometry (``_rt.view``).
+        ``alias`` and ``detach`` keep their operator call, which is already cheap."""
+        op = self.const(node.target, str(node.target))
+        base = self.vals[node.args[0]]
+        if node.target in (aten.alias.default, aten.detach.default) or node.kwargs or base.tvar is None:
+            self.line(f"{node.name} = {op}({', '.join(self._call_args(node))})")
+            return
+        shift = v.delta - base.delta
+        offset = f"{base.tvar}.storage_offset()" + (f" + {shift}" if shift else "")
+        rest = "".join(self.lit(a) + ", " for a in node.args[1:])
+        self.line(f"{node.name} = _rt.view({base.tvar}, {v.shape!r}, {v.stride!r}, {offset}, {op}, ({rest}))")
 
     def _call_args(self, node: torch.fx.Node) -> list[str]:
         args = [self.lit(a) for a in node.args]

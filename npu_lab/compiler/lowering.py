@@ -1,8 +1,9 @@
 """Lowerings: the nodes a launch plan runs as direct kernel calls on arrays.
 
 Each :class:`Lowering` knows one kind of node: the compiler's fused kernels
-(pointwise, reduction, matmul-with-epilogue, horizontally combined) and the
-matrix products ``mm``, ``addmm`` (``nn.Linear``) and ``npu.linear_relu``.
+(pointwise, reduction, matmul-with-epilogue, horizontally combined), the
+matrix products ``mm``, ``addmm`` (``nn.Linear``) and ``npu.linear_relu``, and
+the fused cross-entropy ``npu.log_softmax_nll`` with its backward.
 ``accepts`` looks at the node's recorded shapes and says which outputs the
 kernel makes (new buffers, or an input it writes in place), or None when the
 node is not in a form it handles (it then runs as an operator call).
@@ -25,7 +26,9 @@ import torch
 import torch.fx
 
 from ..device.tensors import contiguous_strides
+from ..kernels import loss as lk
 from ..kernels import matmul as mk
+from ..kernels.threads import sized
 from ..ops.common import broadcast_strides
 from ..ops.linalg import tiles
 from .passes.horizontal_fusion import CombinedKernel
@@ -300,9 +303,91 @@ class Product(Lowering):
         b.launch(name, flops, read, out.nbytes)
 
 
+def _ce_inputs_ok(b: _Builder, scores: object, target: object, weight: object, reduction: object) -> bool:
+    """Cross-entropy in the common form: (N, C) float scores, (N,) int64 targets, no class weights,
+    a mean or summed loss; anything else runs as the operator."""
+    xs, ts = _meta(scores), _meta(target)
+    return (weight is None and reduction in (1, 2) and _npu_float(scores) and xs.dim() == 2
+            and ts is not None and ts.device.type == "npu" and ts.dtype == torch.int64
+            and tuple(ts.shape) == (xs.shape[0],) and b.use_arrays(scores, target))
+
+
+def _ones(b: _Builder, c: int, dtype: torch.dtype) -> str:
+    return b.const(np.ones(c, dtype=np.dtype(str(dtype).replace("torch.", ""))), "ones")
+
+
+class CrossEntropy(Lowering):
+    """``npu.log_softmax_nll``: the fused cross-entropy kernel on arrays, the loss reduced in place."""
+
+    def accepts(self, node, b):
+        x, target, weight, reduction, _ = node.args
+        if node.kwargs or not _ce_inputs_ok(b, x, target, weight, reduction):
+            return None
+        v = _meta(x)
+        shape = tuple(v.shape)
+        return [("new", shape, contiguous_strides(shape), v.dtype), ("new", (), (), v.dtype),
+                ("new", (), (), v.dtype)]
+
+    def emit(self, node, b, outs):
+        x, target, _, reduction, ignore_index = node.args
+        logp, loss, total = outs
+        n, c = logp.shape
+        kernel = b.const(sized(lk.log_softmax_nll_rows, n * c), "log_softmax_nll_fwd")
+        b.namespace["_ce_reduce"] = _ce_reduce
+        per = f"{node.name}_rows"
+        b.line(f"{per} = np.empty((2, {n}))  # per-sample losses and weights")
+        b.line(f"{kernel}({b.array(x)}, {b.array(target)}, {_ones(b, c, logp.dtype)}, {int(ignore_index)}, "
+               f"{b.array((node, 0))}, {per}[0], {per}[1])")
+        b.line(f"_ce_reduce({per}, {b.array(target)}, {b.array((node, 1))}, {b.array((node, 2))}, "
+               f"{reduction == 1})")
+        b.launch("log_softmax_nll", 6 * n * c, b.val(x).nbytes + b.val(target).nbytes, logp.nbytes + loss.nbytes)
+
+
+def _ce_reduce(per: np.ndarray, target: np.ndarray, loss: np.ndarray, total: np.ndarray, mean: bool) -> None:
+    """The loss and total weight from per-sample values; an out-of-range target raises like ATen's."""
+    bad = lk.nll_totals(per[0], per[1], loss, total, mean)
+    if bad >= 0:
+        raise IndexError(f"Target {target[bad]} is out of bounds.")
+
+
+class CrossEntropyBackward(Lowering):
+    """``npu.log_softmax_nll_backward``: the input gradient from the saved log-probabilities."""
+
+    def accepts(self, node, b):
+        grad, logp, target, weight, reduction, _, total = node.args
+        if node.kwargs or not _ce_inputs_ok(b, logp, target, weight, reduction):
+            return None
+        gv, tv = _meta(grad), _meta(total)
+        if gv is None or tv is None or gv.dim() != 0 or tv.dim() != 0 or not _npu_float(grad, total):
+            return None
+        if not b.use_arrays(grad, total):
+            return None
+        v = _meta(logp)
+        shape = tuple(v.shape)
+        return [("new", shape, contiguous_strides(shape), v.dtype)]
+
+    def emit(self, node, b, outs):
+        grad, logp, target, _, reduction, ignore_index, total = node.args
+        (out,) = outs
+        n, c = out.shape
+        kernel = b.const(sized(lk.log_softmax_nll_backward_rows, n * c), "log_softmax_nll_bwd")
+        g = b.array_as(b.val(grad), (1,), (b.val(grad).itemsize,))
+        scale = "1.0"
+        if reduction == 1:
+            tw = f"{node.name}_tw"
+            b.line(f"{tw} = float({b.array(total)}[()])")
+            scale = f"(1.0 / {tw} if {tw} else 0.0)"
+        b.line(f"{kernel}({g}, {b.array(logp)}, {b.array(target)}, {_ones(b, c, out.dtype)}, {int(ignore_index)}, "
+               f"{scale}, False, {b.array(node)})")
+        b.launch("log_softmax_nll_backward", 3 * n * c,
+                 b.val(grad).nbytes + b.val(logp).nbytes + b.val(target).nbytes, out.nbytes)
+
+
 _BY_TYPE: dict[type, Lowering] = {FusedKernel: Pointwise(), FusedReduction: Reduction(), FusedMatmul: Matmul(),
                                   CombinedKernel: Combined()}
 _PRODUCT = Product()
+_BY_TARGET: dict[object, Lowering] = {torch.ops.npu.log_softmax_nll.default: CrossEntropy(),
+                                      torch.ops.npu.log_softmax_nll_backward.default: CrossEntropyBackward()}
 
 
 def find(node: torch.fx.Node) -> Lowering | None:
@@ -312,7 +397,7 @@ def find(node: torch.fx.Node) -> Lowering | None:
         return low
     if node.target in (aten.mm.default, aten.addmm.default, torch.ops.npu.linear_relu.default):
         return _PRODUCT
-    return None
+    return _BY_TARGET.get(node.target)
 
 
 def describe(node: torch.fx.Node) -> str:

@@ -17,7 +17,8 @@ from ..device import clock
 from ..device.memory import memory
 from ..device.tensors import DeviceBlock, empty, empty_strided
 
-__all__ = ["alloc", "block", "bump", "conform", "empty", "empty_strided", "launch", "modes_active", "nd"]
+__all__ = ["alloc", "block", "bump", "conform", "empty", "empty_strided", "launch", "modes_active", "nd",
+           "view"]
 
 #: ``nd(shape, dtype, buffer=block, offset=bytes, strides=bytes)``: an array aliasing device memory.
 nd = np.ndarray
@@ -54,11 +55,21 @@ def conform(t: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]) ->
 
 def bump(*tensors: torch.Tensor) -> None:
     """Record an in-place write on ``tensors`` (autograd's version counter), as ``Tensor.copy_`` would."""
-    for t in tensors:
-        if not t.is_inference():
-            torch.autograd.graph.increment_version(t)
+    torch.autograd.graph.increment_version([t for t in tensors if not t.is_inference()])
 
 
 def modes_active() -> bool:
     """Is a ``TorchDispatchMode`` active? (It must see every operator, so the plan steps aside.)"""
     return private.dispatch_modes_active()
+
+
+def view(base: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...], offset: int, op: object,
+         args: tuple) -> torch.Tensor:
+    """The view ``op(base, *args)``, whose geometry the plan worked out when it was built.
+
+    Made straight from that geometry, without the view operator's trip through
+    autograd and the npu's Python view kernel, unless autograd would record it.
+    """
+    if base.requires_grad and torch.is_grad_enabled():
+        return op(base, *args)
+    return private.strided_view_below_autograd(base, size, stride, offset)

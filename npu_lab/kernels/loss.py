@@ -3,6 +3,7 @@
 import math
 
 import numba
+import numpy as np
 from numba import prange
 
 from .fast_math import fast_exp
@@ -69,6 +70,25 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
         else:
             losses[i] = -weight[t] * orow[t]
             weights[i] = weight[t]
+
+
+@numba.njit(**_opts)
+def nll_totals(losses, weights, loss, total, mean):
+    """loss[()] = the summed (or, if ``mean``, weight-averaged) loss, total[()] = the total weight, from
+    per-sample values; returns the first sample marked out of range (weight -1), or -1."""
+    s = 0.0
+    w = 0.0
+    for i in range(losses.shape[0]):
+        if weights[i] < 0:
+            return i
+        s += losses[i]
+        w += weights[i]
+    if mean:
+        loss[()] = s / w if w != 0 else np.nan
+    else:
+        loss[()] = s
+    total[()] = w
+    return -1
 
 
 @numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)
