@@ -47,13 +47,56 @@ MR = 4
 #: Vectors per row: a call computes MR x (NV * lanes) values of C.
 NV = 4
 #: Bump when the emitted IR changes: generated kernels embed it, so their numba cache is rebuilt.
-VERSION = 2
+VERSION = 3
 
 
 #: Columns of C one micro-kernel call computes, per NumPy dtype.
 TILE_COLS = {np.dtype(np.float32): NV * 16, np.dtype(np.float64): NV * 8}
 #: Lanes of a vector register per NumPy dtype.
 LANES_OF = {np.dtype(np.float32): 16, np.dtype(np.float64): 8}
+
+
+def _signature(a, b, out):
+    """The intrinsics' signature for three 2-D arrays of one float dtype, else None (numba then reports
+    that no implementation matches)."""
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)):
+        return None
+    if a.dtype not in LANES or b.dtype != a.dtype or out.dtype != a.dtype:
+        return None
+    return types.void(a, b, out, types.intp, types.intp, types.intp)
+
+
+class _Emitter:
+    """What both micro-kernels' code generators start from: the three arrays' data and byte row strides,
+    the element and vector types, ``llvm.fma`` for them, and ``n_acc`` vector sums set to zero (allocas of
+    the entry block, which LLVM promotes to registers)."""
+
+    def __init__(self, context, builder, signature, args, n_acc: int) -> None:
+        aty, bty, oty = signature.args[:3]
+        self.builder = builder
+        self.lanes = LANES[aty.dtype]
+        arrays = [context.make_array(t)(context, builder, v) for t, v in zip((aty, bty, oty), args[:3])]
+        self.ft = context.get_value_type(aty.dtype)
+        self.vt = ir.VectorType(self.ft, self.lanes)
+        self.intp = context.get_value_type(types.intp)
+        self.i8p = ir.IntType(8).as_pointer()
+        self.isz = context.get_abi_sizeof(self.ft)
+        self.data = [builder.bitcast(arr.data, self.i8p) for arr in arrays]
+        self.strides = [cgutils.unpack_tuple(builder, arr.strides, 2) for arr in arrays]
+        width = "f32" if aty.dtype == types.float32 else "f64"
+        self.fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(self.vt, [self.vt] * 3),
+                                                  f"llvm.fma.v{self.lanes}{width}")
+        self.accs = [cgutils.alloca_once(builder, self.vt) for _ in range(n_acc)]
+        zero = ir.Constant(self.vt, [ir.Constant(self.ft, 0.0)] * self.lanes)
+        for acc in self.accs:
+            builder.store(zero, acc)
+
+    def const(self, n: int) -> ir.Constant:
+        return ir.Constant(self.intp, n)
+
+    def accumulate(self, acc, x, y) -> None:
+        """acc += x * y, fused."""
+        self.builder.store(self.builder.call(self.fma, [x, y, self.builder.load(acc)]), acc)
 
 
 @intrinsic
@@ -63,60 +106,39 @@ def outer_tile(typingctx, a, b, out, i0, j0, k):
     ``a``: 2-D, any strides; ``b`` and ``out``: 2-D with contiguous rows; all the same float dtype.
     The caller guarantees the block lies inside the arrays.
     """
-    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, b, out)):
+    sig = _signature(a, b, out)
+    if sig is None:
         return None
-    if a.dtype not in LANES or b.dtype != a.dtype or out.dtype != a.dtype:
-        return None
-    sig = types.void(a, b, out, types.intp, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
-        aty, bty, oty = signature.args[:3]
-        av, bv, ov, i0v, j0v, kv = args
-        lanes = LANES[aty.dtype]
-        A = context.make_array(aty)(context, builder, av)
-        B = context.make_array(bty)(context, builder, bv)
-        O = context.make_array(oty)(context, builder, ov)
-        ft = context.get_value_type(aty.dtype)
-        vt = ir.VectorType(ft, lanes)
-        intp = context.get_value_type(types.intp)
-        i8p = ir.IntType(8).as_pointer()
-        itemsize = ir.Constant(intp, context.get_abi_sizeof(ft))
-        sa0, sa1 = cgutils.unpack_tuple(builder, A.strides, 2)  # byte strides
-        sb0 = cgutils.unpack_tuple(builder, B.strides, 2)[0]
-        so0 = cgutils.unpack_tuple(builder, O.strides, 2)[0]
-        width = "f32" if aty.dtype == types.float32 else "f64"
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
-                                             f"llvm.fma.v{lanes}{width}")
-        # the sums live in allocas of the entry block, which LLVM promotes to registers
-        accs = [[cgutils.alloca_once(builder, vt) for _ in range(NV)] for _ in range(MR)]
-        zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
-        for row in accs:
-            for acc in row:
-                builder.store(zero, acc)
-        abase = builder.bitcast(A.data, i8p)
-        arows = [builder.gep(abase, [builder.mul(builder.add(i0v, ir.Constant(intp, r)), sa0)]) for r in range(MR)]
-        bcol = builder.gep(builder.bitcast(B.data, i8p), [builder.mul(j0v, itemsize)])
+        i0v, j0v, kv = args[3:]
+        e = _Emitter(context, builder, signature, args, MR * NV)
+        ft, vt, lanes = e.ft, e.vt, e.lanes
+        abase, bbase, obase = e.data
+        (sa0, sa1), (sb0, _), (so0, _) = e.strides
+        itemsize = e.const(e.isz)
+        arows = [builder.gep(abase, [builder.mul(builder.add(i0v, e.const(r)), sa0)]) for r in range(MR)]
+        bcol = builder.gep(bbase, [builder.mul(j0v, itemsize)])
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
-        vbytes = lanes * context.get_abi_sizeof(ft)
+        vbytes = lanes * e.isz
         with cgutils.for_range(builder, kv) as loop:
             kk = loop.index
             brow = builder.gep(bcol, [builder.mul(kk, sb0)])
-            bvecs = [builder.load(builder.bitcast(builder.gep(brow, [ir.Constant(intp, c * vbytes)]),
-                                                  vt.as_pointer()), align=1) for c in range(NV)]
+            bvecs = [builder.load(builder.bitcast(builder.gep(brow, [e.const(c * vbytes)]), vt.as_pointer()),
+                                  align=1) for c in range(NV)]
             for r in range(MR):
                 ap = builder.gep(arows[r], [builder.mul(kk, sa1)])
                 s = builder.load(builder.bitcast(ap, ft.as_pointer()))
                 sv = builder.insert_element(ir.Constant(vt, ir.Undefined), s, ir.Constant(ir.IntType(32), 0))
                 sv = builder.shuffle_vector(sv, ir.Constant(vt, ir.Undefined), splat)
                 for c in range(NV):
-                    builder.store(builder.call(fma, [sv, bvecs[c], builder.load(accs[r][c])]), accs[r][c])
-        obase = builder.bitcast(O.data, i8p)
+                    e.accumulate(e.accs[r * NV + c], sv, bvecs[c])
         for r in range(MR):
-            orow = builder.gep(obase, [builder.add(builder.mul(builder.add(i0v, ir.Constant(intp, r)), so0),
+            orow = builder.gep(obase, [builder.add(builder.mul(builder.add(i0v, e.const(r)), so0),
                                                    builder.mul(j0v, itemsize))])
             for c in range(NV):
-                p = builder.bitcast(builder.gep(orow, [ir.Constant(intp, c * vbytes)]), vt.as_pointer())
-                builder.store(builder.load(accs[r][c]), p, align=1)
+                p = builder.bitcast(builder.gep(orow, [e.const(c * vbytes)]), vt.as_pointer())
+                builder.store(builder.load(e.accs[r * NV + c]), p, align=1)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -142,63 +164,40 @@ def _make_dot_tile(tm: int, tn: int):
         ``a`` and ``w`` have contiguous rows, ``out`` contiguous rows. The tm * tn sums are vectors while
         ``k`` is walked, then folded together (:func:`_fold`) instead of summed one vector at a time.
         """
-        if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (a, w, out)):
+        sig = _signature(a, w, out)
+        if sig is None:
             return None
-        if a.dtype not in LANES or w.dtype != a.dtype or out.dtype != a.dtype:
-            return None
-        sig = types.void(a, w, out, types.intp, types.intp, types.intp)
 
         def codegen(context, builder, signature, args):
-            aty, wty, oty = signature.args[:3]
-            av, wv, ov, i0v, j0v, kv = args
-            lanes = LANES[aty.dtype]
-            A = context.make_array(aty)(context, builder, av)
-            W = context.make_array(wty)(context, builder, wv)
-            O = context.make_array(oty)(context, builder, ov)
-            ft = context.get_value_type(aty.dtype)
-            vt = ir.VectorType(ft, lanes)
-            intp = context.get_value_type(types.intp)
-            i8p = ir.IntType(8).as_pointer()
-            isz = context.get_abi_sizeof(ft)
-            sa0 = cgutils.unpack_tuple(builder, A.strides, 2)[0]
-            sw0 = cgutils.unpack_tuple(builder, W.strides, 2)[0]
-            so0 = cgutils.unpack_tuple(builder, O.strides, 2)[0]
-            width = "f32" if aty.dtype == types.float32 else "f64"
-            fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt, vt]),
-                                                 f"llvm.fma.v{lanes}{width}")
-            accs = [cgutils.alloca_once(builder, vt) for _ in range(tm * tn)]
-            zero = ir.Constant(vt, [ir.Constant(ft, 0.0)] * lanes)
-            for acc in accs:
-                builder.store(zero, acc)
+            i0v, j0v, kv = args[3:]
+            e = _Emitter(context, builder, signature, args, tm * tn)
+            ft, vt, lanes = e.ft, e.vt, e.lanes
+            (abase, wbase, obase), (sa, sw, so) = e.data, e.strides
 
             def rows(base, first, stride, count):
-                base = builder.bitcast(base, i8p)
-                return [builder.gep(base, [builder.mul(builder.add(first, ir.Constant(intp, q)), stride)])
-                        for q in range(count)]
+                return [builder.gep(base, [builder.mul(builder.add(first, e.const(q)), stride)]) for q in range(count)]
 
-            arows, wrows = rows(A.data, i0v, sa0, tm), rows(W.data, j0v, sw0, tn)
-            with cgutils.for_range(builder, builder.sdiv(kv, ir.Constant(intp, lanes))) as loop:
-                off = builder.mul(loop.index, ir.Constant(intp, lanes * isz))
+            arows, wrows = rows(abase, i0v, sa[0], tm), rows(wbase, j0v, sw[0], tn)
+            with cgutils.for_range(builder, builder.sdiv(kv, e.const(lanes))) as loop:
+                off = builder.mul(loop.index, e.const(lanes * e.isz))
                 avs = [builder.load(builder.bitcast(builder.gep(p, [off]), vt.as_pointer()), align=1) for p in arows]
                 wvs = [builder.load(builder.bitcast(builder.gep(p, [off]), vt.as_pointer()), align=1) for p in wrows]
                 for r in range(tm):
                     for c in range(tn):
-                        acc = accs[r * tn + c]
-                        builder.store(builder.call(fma, [avs[r], wvs[c], builder.load(acc)]), acc)
-            vecs, group = [builder.load(acc) for acc in accs], lanes
+                        e.accumulate(e.accs[r * tn + c], avs[r], wvs[c])
+            vecs, group = [builder.load(acc) for acc in e.accs], lanes
             while len(vecs) > 1 and group > 1:
                 vecs = [_fold(builder, vecs[p], vecs[p + 1], group, lanes) for p in range(0, len(vecs), 2)]
                 group //= 2
-            obase = builder.bitcast(O.data, i8p)
             q = 0
             for v in vecs:  # each group of ``group`` lanes now holds the partial sums of one output
                 for g in range(0, lanes, group):
                     s = builder.extract_element(v, ir.Constant(ir.IntType(32), g))
-                    for e in range(1, group):
-                        s = builder.fadd(s, builder.extract_element(v, ir.Constant(ir.IntType(32), g + e)))
+                    for x in range(1, group):
+                        s = builder.fadd(s, builder.extract_element(v, ir.Constant(ir.IntType(32), g + x)))
                     r, c = divmod(q, tn)
-                    row = builder.mul(builder.add(i0v, ir.Constant(intp, r)), so0)
-                    col = builder.mul(builder.add(j0v, ir.Constant(intp, c)), ir.Constant(intp, isz))
+                    row = builder.mul(builder.add(i0v, e.const(r)), so[0])
+                    col = builder.mul(builder.add(j0v, e.const(c)), e.const(e.isz))
                     builder.store(s, builder.bitcast(builder.gep(obase, [builder.add(row, col)]), ft.as_pointer()))
                     q += 1
             return context.get_dummy_value()
