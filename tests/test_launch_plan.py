@@ -280,3 +280,11 @@ def test_cross_entropy_runs_as_kernels_and_still_rejects_bad_targets():
     torch.testing.assert_close(x.grad.cpu(), xc.grad)
     with pytest.raises(IndexError, match="Target 7 is out of bounds"):
         f(x, torch.tensor([0, 1, 2, 3, 4, 0, 7, 1]).npu())
+
+
+def test_cross_entropy_with_negative_class_weights_is_not_an_index_error():
+    """A negative class weight is legal (PyTorch computes with it); only a target out of range is an error."""
+    torch.manual_seed(0)
+    x, t, w = torch.randn(6, 4), torch.randint(0, 4, (6,)), torch.tensor([1.0, -2.0, 0.5, 3.0])
+    f = torch.compile(lambda x, t, w: torch.nn.functional.cross_entropy(x, t, weight=w), backend="npu")
+    torch.testing.assert_close(f(x.npu(), t.npu(), w.npu()).cpu(), torch.nn.functional.cross_entropy(x, t, weight=w))

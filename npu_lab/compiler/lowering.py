@@ -31,6 +31,7 @@ from ..kernels import matmul as mk
 from ..kernels.threads import sized
 from ..ops.common import broadcast_strides
 from ..ops.linalg import tiles
+from ..ops.losses import raise_bad_target
 from .passes.horizontal_fusion import CombinedKernel
 from .passes.matmul_epilogue import FusedMatmul
 from .passes.pointwise_fusion import FusedKernel, FusedReduction
@@ -335,9 +336,9 @@ class CrossEntropy(Lowering):
         kernel = b.const(sized(lk.log_softmax_nll_rows, n * c), "log_softmax_nll_fwd")
         b.namespace["_ce_reduce"] = _ce_reduce
         per = f"{node.name}_rows"
-        b.line(f"{per} = np.empty((2, {n}))  # per-sample losses and weights")
+        b.line(f"{per} = np.empty((3, {n}))  # per sample: loss, weight, target out of range")
         b.line(f"{kernel}({b.array(x)}, {b.array(target)}, {_ones(b, c, logp.dtype)}, {int(ignore_index)}, "
-               f"{b.array((node, 0))}, {per}[0], {per}[1])")
+               f"{b.array((node, 0))}, {per}[0], {per}[1], {per}[2])")
         b.line(f"_ce_reduce({per}, {b.array(target)}, {b.array((node, 1))}, {b.array((node, 2))}, "
                f"{reduction == 1})")
         b.launch("log_softmax_nll", 6 * n * c, b.val(x).nbytes + b.val(target).nbytes, logp.nbytes + loss.nbytes)
@@ -345,9 +346,8 @@ class CrossEntropy(Lowering):
 
 def _ce_reduce(per: np.ndarray, target: np.ndarray, loss: np.ndarray, total: np.ndarray, mean: bool) -> None:
     """The loss and total weight from per-sample values; an out-of-range target raises like ATen's."""
-    bad = lk.nll_totals(per[0], per[1], loss, total, mean)
-    if bad >= 0:
-        raise IndexError(f"Target {target[bad]} is out of bounds.")
+    raise_bad_target(per[2], target)
+    lk.nll_totals(per[0], per[1], loss, total, mean)
 
 
 class CrossEntropyBackward(Lowering):

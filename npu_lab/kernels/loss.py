@@ -43,9 +43,9 @@ def nll_backward(grad, target, weight, ignore_index, scale, per_sample, out):
 
 
 @numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)
-def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
+def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights, bad):
     """Cross-entropy forward in one pass per row: ``out`` = log_softmax(x), per-sample
-    loss -w[t] * out[i, t]. A target out of range marks its row with weight -1."""
+    loss -w[t] * out[i, t] and weight w[t]. ``bad[i]`` is 1 where the target is out of range."""
     n, c = x.shape
     for i in prange(n):
         xr = x[i]
@@ -61,12 +61,14 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
         for j in range(c):
             orow[j] = xr[j] - lse
         t = target[i]
+        bad[i] = 0
         if t == ignore_index:
             losses[i] = 0
             weights[i] = 0
         elif t < 0 or t >= c:
             losses[i] = 0
-            weights[i] = -1
+            weights[i] = 0
+            bad[i] = 1
         else:
             losses[i] = -weight[t] * orow[t]
             weights[i] = weight[t]
@@ -75,12 +77,10 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights):
 @numba.njit(**_opts)
 def nll_totals(losses, weights, loss, total, mean):
     """loss[()] = the summed (or, if ``mean``, weight-averaged) loss, total[()] = the total weight, from
-    per-sample values; returns the first sample marked out of range (weight -1), or -1."""
+    per-sample values."""
     s = 0.0
     w = 0.0
     for i in range(losses.shape[0]):
-        if weights[i] < 0:
-            return i
         s += losses[i]
         w += weights[i]
     if mean:
@@ -88,7 +88,6 @@ def nll_totals(losses, weights, loss, total, mean):
     else:
         loss[()] = s
     total[()] = w
-    return -1
 
 
 @numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)

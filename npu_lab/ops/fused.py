@@ -31,7 +31,7 @@ from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .conv import conv_traffic
 from .linalg import tiles
-from .losses import MEAN, NONE, _nll_inputs, nll_reduce
+from .losses import MEAN, NONE, _nll_inputs, nll_reduce, raise_bad_target
 
 
 @torch.library.custom_op("npu::linear_relu", mutates_args=(), device_types="npu")
@@ -193,13 +193,11 @@ def log_softmax_nll(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor 
     xc, t, w = _nll_inputs(x, target, weight)
     n = xc.shape[0]
     logp = empty(x.shape, x.dtype)
-    losses = np.empty(n, dtype=np.float64)
-    weights = np.empty(n, dtype=np.float64)
+    rows = np.empty((3, n))  # per sample: loss, weight, target out of range
     if n:
-        sized(lk.log_softmax_nll_rows, x.numel())(xc, t, w, ignore_index, as_array(logp), losses, weights)
-        if weights.min() < 0:
-            raise IndexError(f"Target {t[int(np.argmin(weights))]} is out of bounds.")
-    loss, total_weight = nll_reduce(losses, weights, reduction, True, x.dtype)
+        sized(lk.log_softmax_nll_rows, x.numel())(xc, t, w, ignore_index, as_array(logp), *rows)
+        raise_bad_target(rows[2], t)
+    loss, total_weight = nll_reduce(rows[0], rows[1], reduction, True, x.dtype)
     launch("log_softmax_nll", 6 * x.numel(), nbytes(x) + nbytes(target), nbytes(logp) + nbytes(loss))
     return logp, loss, total_weight
 

@@ -82,18 +82,29 @@ def _filled(shape: tuple[int, ...], dtype: torch.dtype, values: object) -> torch
     return out
 
 
+def raise_bad_target(bad: np.ndarray, target: np.ndarray) -> None:
+    """ATen's error for the first sample whose target is out of range (``bad`` flags them per sample)."""
+    if bad.any():
+        raise IndexError(f"Target {target[int(np.argmax(bad))]} is out of bounds.")
+
+
+def _scalar_array(t: torch.Tensor) -> np.ndarray:
+    """The 0-d array over a new 0-d npu tensor's device bytes."""
+    return block_of(t).view(NUMPY_DTYPES[t.dtype])[:1].reshape(())
+
+
 def nll_reduce(losses: np.ndarray, weights: np.ndarray, reduction: int, batched: bool,
                dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, total weight) as ``nll_loss_forward`` returns them, from per-sample losses and weights."""
-    weight_sum = weights.sum()
-    # like ATen, the unreduced loss of a batch reports a total weight of 0
-    total_weight = _filled((), dtype, 0 if reduction == NONE and batched else weight_sum)
+    """(loss, total weight) as ``nll_loss_forward`` returns them, from per-sample losses and weights.
+
+    The sums are the kernel :func:`npu_lab.kernels.loss.nll_totals`, which compiled graphs call too,
+    so both give the same bits."""
     if reduction == NONE and batched:
-        return _filled((losses.shape[0],), dtype, losses), total_weight
-    total = losses.sum()
-    if reduction == MEAN:
-        total = total / weight_sum if weight_sum else np.nan
-    return _filled((), dtype, total), total_weight
+        # like ATen, the unreduced loss of a batch reports a total weight of 0
+        return _filled((losses.shape[0],), dtype, losses), _filled((), dtype, 0)
+    loss, total_weight = empty((), dtype), empty((), dtype)
+    lk.nll_totals(losses, weights, _scalar_array(loss), _scalar_array(total_weight), reduction == MEAN)
+    return loss, total_weight
 
 
 @register("nll_loss_backward")
