@@ -269,6 +269,10 @@ def test_autotuner_picks_and_caches(tmp_path, monkeypatch):
     assert second.from_cache and second.best == first.best
     assert "tried" in first.describe() and "cache" in second.describe()
     del linalg.tiles[(24, 40, 16)]
+    # a shape whose weight is worth transposing once takes the outer-product kernel: nothing to time
+    outer = autotune.tune(128, 512, 256, repeat=1)
+    assert outer.kernel == "packed outer" and not outer.timings_us and "no tiles to tune" in outer.describe()
+    assert (128, 512, 256) not in linalg.tiles and "128x512x256" not in (tmp_path / "autotune.json").read_text()
 
 
 def test_memory_planner_reuses_buffers_and_the_device_follows_the_plan():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +25,8 @@ def test_backward_products_take_the_outer_kernel():
     g, w = _operands(128, 512, 512, False, False, np.float32)  # grad @ W: W stored (out, in)
     assert mk.choose_kernel(g, w, out) == "outer"
     x, wt = _operands(128, 512, 512, False, True, np.float32)  # x @ W.T: both contiguous along K
-    assert mk.choose_kernel(x, wt, out) == "dot"
+    assert mk.choose_kernel(x, wt, out) == "packed outer"  # W.T is transposed once into a workspace
+    assert mk.choose_kernel(x[:32], wt, out[:32]) == "dot"  # too few rows to pay for the transpose
     gt, h = _operands(512, 128, 512, True, False, np.float32)  # g.T @ h: a weight gradient
     assert mk.choose_kernel(gt, h, np.empty((512, 512), np.float32)) == "outer"
     # too narrow for a block, or integers: the other kernels
@@ -72,8 +75,8 @@ def test_mlp_backward_packs_nothing(monkeypatch):
     packs: list[tuple[int, ...]] = []
     real = mk.pack_rows
 
-    def counting(x):
-        r = real(x)
+    def counting(x, slot=None):
+        r = real(x, slot)
         if r is not x:
             packs.append(x.shape)
         return r
@@ -110,3 +113,43 @@ def test_integer_products_keep_the_generic_kernels():
         out = np.empty((6, 80), np.int64)
         mk.mm(a, bb, out)
         np.testing.assert_array_equal(out, a @ b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,n", [(512, 512), (256, 512), (37, 70), (16, 16), (5, 3), (100, 17), (512, 10)])
+def test_register_transpose_matches_numpy(dtype, m, n):
+    """16 x 16 (float32) or 8 x 8 (float64) blocks transposed in registers, plus the edge rows and columns."""
+    src = np.random.default_rng(3).standard_normal((m, n)).astype(dtype)
+    dst = np.full((n, m), np.nan, dtype)
+    simd.transpose_into(src, dst, simd.LANES_OF[np.dtype(dtype)])
+    np.testing.assert_array_equal(dst, src.T)
+    np.testing.assert_array_equal(mk.pack_rows(src.T), src.T)  # the packing path that uses it
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(64, 256, 512), (130, 50, 70), (67, 9, 200)])
+def test_packed_outer_matches_float64_reference(dtype, m, k, n):
+    """x @ W.T with enough rows: W.T packed into the workspace, then the outer kernel, epilogue included."""
+    a, b = _operands(m, k, n, False, True, dtype, seed=4)
+    bias = np.random.default_rng(5).standard_normal(n).astype(dtype)
+    out, sums = np.full((m, n), np.nan, dtype), np.full(m, np.nan, dtype)
+    assert mk.choose_kernel(a, b, out) == "packed outer"
+    mk.mm(a, b, out, epilogue="bias_relu", bias=bias, a_row_sums=sums)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * np.sqrt(k))
+    np.testing.assert_allclose(sums, a.astype(np.float64).sum(1), rtol=tol, atol=tol * np.sqrt(k))
+
+
+def test_workspace_is_reused_grown_and_per_thread():
+    first = mk.workspace("test", (64, 64), np.float32)
+    again = mk.workspace("test", (32, 16), np.float64)
+    assert again.__array_interface__["data"][0] == first.__array_interface__["data"][0]  # same memory
+    assert again.shape == (32, 16) and again.dtype == np.float64
+    bigger = mk.workspace("test", (256, 256), np.float32)
+    assert bigger.nbytes == 256 * 256 * 4
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(mk.workspace("test", (64, 64), np.float32)))
+    thread.start()
+    thread.join()
+    assert not np.shares_memory(seen[0], mk.workspace("test", (64, 64), np.float32))

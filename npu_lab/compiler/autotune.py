@@ -7,6 +7,8 @@ random data of the shape, laid out as ``x @ weight.T`` is (the weight's rows are
 read as they are), stores the winner in
 ``npu_lab.ops.linalg.tiles`` (which ``mm``/``addmm``/``linear_relu`` consult), and
 remembers it in a JSON file so the next process does not time it again.
+Shapes that take the outer-product kernel (a fixed block of sums) have nothing
+to tune and are reported as such.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from ..kernels import matmul as mk
 from ..ops import linalg
 
 CANDIDATES: list[tuple[int, int]] = [(tm, tn) for tm in mk.TM_CHOICES for tn in mk.TN_CHOICES]
+#: The matmul kernel forms whose register tiles the autotuner chooses.
+TILED = ("dot", "rows")
 
 
 @dataclass
@@ -36,9 +40,13 @@ class TuneResult:
     timings_us: dict[tuple[int, int], float] = field(default_factory=dict)
     best: tuple[int, int] = mk.DEFAULT_TILES
     from_cache: bool = False
+    kernel: str = "dot"  #: the form :func:`npu_lab.kernels.matmul.choose_kernel` picks for the shape
 
     def describe(self) -> str:
         m, n, k = self.shape
+        if self.kernel not in TILED:
+            return (f"mm {m}x{k} @ {k}x{n}: takes the {self.kernel} kernel (a fixed block of "
+                    f"{mk.simd.MR}x{mk.simd.TILE_COLS[np.dtype(np.float32)]} sums in registers): no tiles to tune")
         if self.from_cache:
             return f"mm {m}x{k} @ {k}x{n}: tiles {self.best} (from the on-disk cache)"
         tried = ", ".join(f"{t}: {us:.0f}us" for t, us in sorted(self.timings_us.items()))
@@ -67,18 +75,25 @@ def _store(entries: dict[str, list[int]]) -> None:
 
 
 def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True) -> TuneResult:
-    """Pick tile sizes for ``(m, k) @ (k, n)`` and install them for that shape."""
+    """Pick tile sizes for ``(m, k) @ (k, n)`` and install them for that shape.
+
+    Only the dot-product and row-by-row kernels have tile sizes; a shape that takes the outer-product form
+    (:func:`npu_lab.kernels.matmul.choose_kernel`) is reported as such and not timed.
+    """
     key = f"{m}x{n}x{k}"
-    entries = _load() if use_cache else {}
     result = TuneResult((m, n, k))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((n, k), dtype=np.float32).T  # nn.Linear's weight.T
+    out = np.empty((m, n), np.float32)
+    result.kernel = mk.choose_kernel(a, b, out)
+    if result.kernel not in TILED:
+        return result
+    entries = _load() if use_cache else {}
     if key in entries and tuple(entries[key]) in CANDIDATES:  # entries of an older kernel are timed again
         result.best = tuple(entries[key])  # type: ignore[assignment]
         result.from_cache = True
     else:
-        rng = np.random.default_rng(0)
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        b = rng.standard_normal((n, k), dtype=np.float32).T  # nn.Linear's weight.T
-        out = np.empty((m, n), np.float32)
         for tiles in CANDIDATES:
             mk.mm(a, b, out, tiles)  # compile / warm up
             best = float("inf")

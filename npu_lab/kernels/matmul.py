@@ -37,6 +37,14 @@ numba does not vectorise that loop by itself; its inner loop is the LLVM-IR
 micro-kernel :func:`npu_lab.kernels.simd.outer_tile`. Nothing is packed, and
 there is no horizontal sum at the end, which also suits a short ``K``.
 
+The outer form runs closer to the multiply-add limit than the dot form, whose
+vectors of partial sums must be folded and stored one value at a time at the
+end of every tile (a fifth of the work when ``K`` is 256). So ``x @ weight.T``
+with enough rows (:data:`PACK_OUTER_MIN_ROWS`) takes it too ("packed outer"):
+the weight is transposed once, in 16 x 16 blocks held in vector registers
+(:func:`npu_lab.kernels.simd.transpose_into`), into a buffer reused from call
+to call (:func:`workspace`). The copy costs about a tenth of the product.
+
 What is left, integer matrices and a few rows or a short ``K`` when ``B`` would
 have to be packed, runs row by row (``mm_rows``): ``TM`` rows of ``C`` at a
 time, each updated by a scaled row of ``B`` per ``k`` (an *axpy*, vectorised
@@ -46,6 +54,7 @@ along ``N``), in a scratch buffer of ``TM x 256`` values.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,6 +74,8 @@ TN_CHOICES = (1, 2, 4)
 PARALLEL_MIN_WORK = 1 << 18
 #: With fewer rows than this, ``B`` is not packed (the row-by-row kernel runs instead).
 PACK_MIN_ROWS = 16
+#: Products ``x @ weight.T`` with at least this many rows transpose ``weight`` once and take the outer form.
+PACK_OUTER_MIN_ROWS = 64
 #: Dot products shorter than this leave vector registers idle: the row-by-row kernel runs instead.
 DOT_MIN_K = 48
 #: ... unless the output is narrower than this (then a row of B is too short to vectorise).
@@ -247,14 +258,19 @@ def _outer_source(epilogue: Epilogue, name: str, parallel: bool) -> str:
     Full MR x nr blocks of ``out`` come from :func:`npu_lab.kernels.simd.outer_tile`
     (sums held in vector registers), then the epilogue runs over the block while it
     is in cache. Rows and columns outside whole blocks are summed row by row.
+
+    The loops after the micro-kernel count with unsigned integers (``np.uintp``):
+    numba wraps a negative index around, and LLVM does not vectorise a loop whose
+    index it cannot prove non-negative. With signed loops the epilogue and the edge
+    rows ran one value at a time (a 10 x 128 @ 128 x 512 product took 90 us, now 16).
     """
     loop = "prange" if parallel else "range"
     extra = "".join(f", {p}" for p in epilogue.params)
     plain = not epilogue.body and epilogue.writes == ("v",)
     store = "\n".join("                " + line for line in _store_code(epilogue, "i", ""))
     block = "" if plain else f"""
-        for i in range(i0, i0 + MR):
-            for j in range(j0, j0 + nr):
+        for i in range(np.uintp(i0), np.uintp(i0 + MR)):
+            for j in range(np.uintp(j0), np.uintp(j0 + nr)):
                 v = out[i, j]
 {store}"""
     edge_store = "\n".join("            " + line for line in _store_code(epilogue, "i", ""))
@@ -270,17 +286,17 @@ def {name}(a, b, out, nr, bias, zero{extra}):
         outer_tile(a, b, out, i0, j0, k){block}
     mf = ni * MR
     nf = nj * nr
-    for i in {loop}(m):                # edge: columns right of the last block, rows below it
-        j1 = nf if i < mf else 0
+    for i in {loop}(np.uintp(m)):      # edge: columns right of the last block, rows below it
+        j1 = np.uintp(nf if i < mf else 0)
         if j1 >= n:
             continue
-        for j in range(j1, n):
+        for j in range(j1, np.uintp(n)):
             out[i, j] = zero
-        for kk in range(k):
+        for kk in range(np.uintp(k)):
             aik = a[i, kk]
-            for j in range(j1, n):
+            for j in range(j1, np.uintp(n)):
                 out[i, j] += aik * b[kk, j]
-        for j in range(j1, n):
+        for j in range(j1, np.uintp(n)):
             v = out[i, j]
 {edge_store}
 '''
@@ -369,17 +385,48 @@ _transpose_into = threads._serial_twin(_transpose_into_parallel)
 PARALLEL_MIN_TRANSPOSE = 1 << 14
 
 
-def pack_rows(x: np.ndarray) -> np.ndarray:
+_workspaces = threading.local()
+
+
+def workspace(slot: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A scratch array for packed operands, reused from call to call: one buffer per thread and ``slot``,
+    grown when a larger one is asked for. Its contents are valid until the next request for the same slot.
+
+    A fresh NumPy array of a megabyte is fresh pages from the operating system, and the first write to
+    each page faults; packing into the same buffer every call avoids that cost (hundreds of microseconds
+    for a 512 x 512 float matrix), as GEMM libraries keep their packing buffers.
+    """
+    bufs = getattr(_workspaces, "bufs", None)
+    if bufs is None:
+        bufs = _workspaces.bufs = {}
+    dtype = np.dtype(dtype)
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    buf = bufs.get(slot)
+    if buf is None or buf.nbytes < nbytes:
+        buf = bufs[slot] = np.empty(max(nbytes, 64), np.uint8)
+    return buf[:nbytes].view(dtype).reshape(shape)
+
+
+def pack_rows(x: np.ndarray, slot: str | None = None) -> np.ndarray:
     """``x`` (2-D or batched 3-D) with C-contiguous rows: itself when it is, else a packed copy.
 
     A transposed view of a contiguous matrix (the common case: ``weight.T``,
-    ``grad.T``) is packed by a blocked transpose; anything else by NumPy.
+    ``grad.T``) is packed by a blocked transpose (for floats, 16 x 16 blocks
+    transposed in vector registers: :func:`npu_lab.kernels.simd.transpose_into`);
+    anything else by NumPy. With ``slot``, a 2-D copy goes into that
+    :func:`workspace` buffer instead of a new array.
     """
     if x.flags.c_contiguous:
         return x
     if x.ndim == 2 and x.T.flags.c_contiguous and x.dtype.kind in "fiu":
-        out = np.empty(x.shape, x.dtype)
-        (_transpose_into_parallel if x.size >= PARALLEL_MIN_TRANSPOSE else _transpose_into)(x.T, out)
+        out = np.empty(x.shape, x.dtype) if slot is None else workspace(slot, x.shape, x.dtype)
+        lanes = simd.LANES_OF.get(x.dtype)
+        if lanes is not None and x.size >= PARALLEL_MIN_TRANSPOSE:
+            simd.transpose_into(x.T, out, lanes)
+        else:
+            (_transpose_into_parallel if x.size >= PARALLEL_MIN_TRANSPOSE else _transpose_into)(x.T, out)
         return out
     return np.ascontiguousarray(x)
 
@@ -424,18 +471,24 @@ def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
       nothing to pack, long dot products;
     * "outer" when the rows of ``b`` are contiguous (``grad @ weight``,
       ``x.T @ grad``) and the output holds at least one whole block: nothing to pack;
+    * "packed outer" when ``b.T`` has contiguous rows (``x @ weight.T``) and ``a``
+      has at least :data:`PACK_OUTER_MIN_ROWS` rows: ``b`` is transposed once
+      into a workspace (about a tenth of the product's time), then the outer form runs;
     * "rows" for a short ``K`` or a few rows when ``b`` would need packing;
     * "dot" on packed copies otherwise.
     """
     m, k = a.shape
     n = b.shape[1]
-    if a.flags.c_contiguous and b.T.flags.c_contiguous and k >= DOT_MIN_K:
-        return "dot"
     dt = out.dtype
     cols = simd.TILE_COLS.get(dt)
-    if (cols is not None and n >= cols and m >= simd.MR and a.dtype == dt and b.dtype == dt
-            and b.strides[1] == dt.itemsize and out.flags.c_contiguous):
+    outer_ok = (cols is not None and n >= cols and m >= simd.MR and a.dtype == dt and b.dtype == dt
+                and out.flags.c_contiguous)
+    if outer_ok and b.strides[1] == dt.itemsize:
         return "outer"
+    if outer_ok and m >= PACK_OUTER_MIN_ROWS and b.T.flags.c_contiguous:
+        return "packed outer"
+    if a.flags.c_contiguous and b.T.flags.c_contiguous and k >= DOT_MIN_K:
+        return "dot"
     if n >= ROWS_MIN_COLS and (k < DOT_MIN_K or (m < PACK_MIN_ROWS and not b.T.flags.c_contiguous)):
         return "rows"
     return "dot"
@@ -458,6 +511,9 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
     bias = zeros if bias is None else pack_rows(bias.reshape(-1))
     parallel = m * n * k >= PARALLEL_MIN_WORK
     kind = choose_kernel(a, b, out)
+    if kind == "packed outer":
+        b = pack_rows(b, slot="b")
+        kind = "outer"
     if kind == "outer":
         if a_row_sums is not None:
             if a.T.flags.c_contiguous:
@@ -467,16 +523,17 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
         (mod.mm_outer if parallel else mod.mm_outer_serial)(a, b, out, simd.TILE_COLS[out.dtype], bias, zeros[0],
                                                             *extra)
         return
-    a = pack_rows(a)
+    a = pack_rows(a, slot="a")
     if a_row_sums is not None:
         _row_sums(a, a_row_sums, zeros[0])
     if kind == "rows":
-        (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b), out, bias, zeros[0], *extra)
+        (mod.mm_rows if parallel else mod.mm_rows_serial)(a, pack_rows(b, slot="b"), out, bias, zeros[0], *extra)
     elif out.dtype in simd.TILE_COLS and a.dtype == out.dtype and b.dtype == out.dtype:
         lanes = simd.LANES_OF[out.dtype]
-        (mod.mm_simd if parallel else mod.mm_simd_serial)(a, pack_rows(b.T), out, lanes, bias, zeros[0], *extra)
+        (mod.mm_simd if parallel else mod.mm_simd_serial)(a, pack_rows(b.T, slot="b"), out, lanes, bias, zeros[0],
+                                                          *extra)
     else:
-        (mod.mm if parallel else mod.mm_serial)(a, pack_rows(b.T), out, bias, zeros[0], *extra)
+        (mod.mm if parallel else mod.mm_serial)(a, pack_rows(b.T, slot="b"), out, bias, zeros[0], *extra)
 
 
 def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES) -> None:

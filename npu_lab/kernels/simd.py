@@ -34,9 +34,10 @@ adds instead of 16 reductions.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -71,11 +72,12 @@ class _Emitter:
     the element and vector types, ``llvm.fma`` for them, and ``n_acc`` vector sums set to zero (allocas of
     the entry block, which LLVM promotes to registers)."""
 
-    def __init__(self, context, builder, signature, args, n_acc: int) -> None:
-        aty, bty, oty = signature.args[:3]
+    def __init__(self, context, builder, signature, args, n_acc: int, n_arrays: int = 3) -> None:
+        aty = signature.args[0]
         self.builder = builder
         self.lanes = LANES[aty.dtype]
-        arrays = [context.make_array(t)(context, builder, v) for t, v in zip((aty, bty, oty), args[:3])]
+        arrays = [context.make_array(t)(context, builder, v)
+                  for t, v in zip(signature.args[:n_arrays], args[:n_arrays])]
         self.ft = context.get_value_type(aty.dtype)
         self.vt = ir.VectorType(self.ft, self.lanes)
         self.intp = context.get_value_type(types.intp)
@@ -208,10 +210,80 @@ def _make_dot_tile(tm: int, tn: int):
     return dot_tile
 
 
+def _transpose_masks(lanes: int):
+    """Shuffle masks of the transpose: at each stage (block size b = lanes/2, ..., 1) rows p and p + b
+    (p with bit b clear) swap their off-diagonal b x b blocks."""
+    i32 = ir.IntType(32)
+    b = lanes // 2
+    while b >= 1:
+        low = [q if not q & b else lanes + q - b for q in range(lanes)]
+        high = [q + b if not q & b else lanes + q for q in range(lanes)]
+        yield b, ir.Constant(ir.VectorType(i32, lanes), low), ir.Constant(ir.VectorType(i32, lanes), high)
+        b //= 2
+
+
+@intrinsic
+def transpose_block(typingctx, src, dst, i0, j0):
+    """dst[j0 + c, i0 + r] = src[i0 + r, j0 + c] for r, c < lanes: one square block through vector registers.
+
+    ``src`` and ``dst``: 2-D, the same float dtype, rows contiguous. The block is loaded as ``lanes`` row
+    vectors, transposed by log2(lanes) stages of two-vector shuffles, and stored as ``lanes`` rows of
+    ``dst``. The caller guarantees the block lies inside both arrays.
+    """
+    if not all(isinstance(t, types.Array) and t.ndim == 2 for t in (src, dst)):
+        return None
+    if src.dtype not in LANES or dst.dtype != src.dtype:
+        return None
+    sig = types.void(src, dst, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        i0v, j0v = args[2:]
+        e = _Emitter(context, builder, signature, args, 0, n_arrays=2)
+        vt, lanes, itemsize = e.vt, e.lanes, e.const(e.isz)
+        (sbase, dbase), ((ss0, _), (ds0, _)) = e.data, e.strides
+
+        def row(base, first, q, stride, col):
+            at = builder.add(builder.mul(builder.add(first, e.const(q)), stride), builder.mul(col, itemsize))
+            return builder.bitcast(builder.gep(base, [at]), vt.as_pointer())
+
+        rows = [builder.load(row(sbase, i0v, r, ss0, j0v), align=1) for r in range(lanes)]
+        for b, low, high in _transpose_masks(lanes):
+            new = list(rows)
+            for p in range(lanes):
+                if not p & b:
+                    new[p] = builder.shuffle_vector(rows[p], rows[p + b], low)
+                    new[p + b] = builder.shuffle_vector(rows[p], rows[p + b], high)
+            rows = new
+        for c in range(lanes):
+            builder.store(rows[c], row(dbase, j0v, c, ds0, i0v), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@numba.njit(parallel=True, cache=True, nogil=True, boundscheck=False)
+def transpose_into(src, dst, lanes):  # pragma: no cover - compiled
+    """dst[:] = src.T for float matrices with contiguous rows, ``lanes`` x ``lanes`` blocks at a time
+    (:func:`transpose_block`); the bands of ``lanes`` rows of ``dst`` are shared out across threads."""
+    m, n = src.shape
+    mb = m - m % lanes
+    nb = n // lanes
+    for jb in prange(nb):
+        j0 = jb * lanes
+        for i0 in range(0, mb, lanes):
+            transpose_block(src, dst, i0, j0)
+        for i in range(mb, m):  # rows of src below the last whole block
+            for j in range(j0, j0 + lanes):
+                dst[j, i] = src[i, j]
+    for j in range(nb * lanes, n):  # columns of src right of the last whole block
+        for i in range(m):
+            dst[j, i] = src[i, j]
+
+
 #: ``dot_tile_{TM}x{TN}``: the dot-product register tile of the matmul kernel, one per tile shape.
 for _tm in (1, 2, 4):
     for _tn in (1, 2, 4):
         globals()[f"dot_tile_{_tm}x{_tn}"] = _make_dot_tile(_tm, _tn)
 
 
-__all__ = ["LANES", "LANES_OF", "MR", "NV", "TILE_COLS", "VERSION", "outer_tile"]
+__all__ = ["LANES", "LANES_OF", "MR", "NV", "TILE_COLS", "VERSION", "outer_tile", "transpose_block", "transpose_into"]
