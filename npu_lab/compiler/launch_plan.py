@@ -469,8 +469,8 @@ class _Builder:
         blk, _ = self._root_block(v.root)
         off = self._offset(v, extra_bytes)
         var = var or f"{v.name}_a{len(self.lines)}"
-        self.line(f"{var} = _nd({tuple(shape)!r}, {self.dtype(v.dtype)}, buffer={blk}, offset={off}, "
-                  f"strides={tuple(byte_strides)!r})")
+        # np.ndarray(shape, dtype, buffer, offset, strides): positional, which NumPy parses in half the time
+        self.line(f"{var} = _nd({tuple(shape)!r}, {self.dtype(v.dtype)}, {blk}, {off}, {tuple(byte_strides)!r})")
         return var
 
     def array(self, node: object) -> str:

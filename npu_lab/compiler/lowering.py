@@ -334,20 +334,15 @@ class CrossEntropy(Lowering):
         logp, loss, total = outs
         n, c = logp.shape
         kernel = b.const(sized(lk.log_softmax_nll_rows, n * c), "log_softmax_nll_fwd")
-        b.namespace["_ce_reduce"] = _ce_reduce
+        b.namespace["_raise_bad_target"] = raise_bad_target
+        b.namespace["_nll_totals"] = lk.nll_totals
         per = f"{node.name}_rows"
         b.line(f"{per} = np.empty((3, {n}))  # per sample: loss, weight, target out of range")
-        b.line(f"{kernel}({b.array(x)}, {b.array(target)}, {_ones(b, c, logp.dtype)}, {int(ignore_index)}, "
-               f"{b.array((node, 0))}, {per}[0], {per}[1], {per}[2])")
-        b.line(f"_ce_reduce({per}, {b.array(target)}, {b.array((node, 1))}, {b.array((node, 2))}, "
-               f"{reduction == 1})")
+        b.line(f"if {kernel}({b.array(x)}, {b.array(target)}, {_ones(b, c, logp.dtype)}, {int(ignore_index)}, "
+               f"{b.array((node, 0))}, {per}[0], {per}[1], {per}[2]):")
+        b.line(f"    _raise_bad_target({per}[2], {b.array(target)})  # IndexError, as ATen raises it")
+        b.line(f"_nll_totals({per}[0], {per}[1], {b.array((node, 1))}, {b.array((node, 2))}, {reduction == 1})")
         b.launch("log_softmax_nll", 6 * n * c, b.val(x).nbytes + b.val(target).nbytes, logp.nbytes + loss.nbytes)
-
-
-def _ce_reduce(per: np.ndarray, target: np.ndarray, loss: np.ndarray, total: np.ndarray, mean: bool) -> None:
-    """The loss and total weight from per-sample values; an out-of-range target raises like ATen's."""
-    raise_bad_target(per[2], target)
-    lk.nll_totals(per[0], per[1], loss, total, mean)
 
 
 class CrossEntropyBackward(Lowering):

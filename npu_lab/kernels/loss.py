@@ -45,8 +45,10 @@ def nll_backward(grad, target, weight, ignore_index, scale, per_sample, out):
 @numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)
 def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights, bad):
     """Cross-entropy forward in one pass per row: ``out`` = log_softmax(x), per-sample
-    loss -w[t] * out[i, t] and weight w[t]. ``bad[i]`` is 1 where the target is out of range."""
+    loss -w[t] * out[i, t] and weight w[t]. ``bad[i]`` is 1 where the target is out of range;
+    returns how many are."""
     n, c = x.shape
+    nbad = 0
     for i in prange(n):
         xr = x[i]
         orow = out[i]
@@ -69,9 +71,11 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights, 
             losses[i] = 0
             weights[i] = 0
             bad[i] = 1
+            nbad += 1
         else:
             losses[i] = -weight[t] * orow[t]
             weights[i] = weight[t]
+    return nbad
 
 
 @numba.njit(**_opts)

@@ -195,8 +195,8 @@ def log_softmax_nll(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor 
     logp = empty(x.shape, x.dtype)
     rows = np.empty((3, n))  # per sample: loss, weight, target out of range
     if n:
-        sized(lk.log_softmax_nll_rows, x.numel())(xc, t, w, ignore_index, as_array(logp), *rows)
-        raise_bad_target(rows[2], t)
+        if sized(lk.log_softmax_nll_rows, x.numel())(xc, t, w, ignore_index, as_array(logp), *rows):
+            raise_bad_target(rows[2], t)
     loss, total_weight = nll_reduce(rows[0], rows[1], reduction, True, x.dtype)
     launch("log_softmax_nll", 6 * x.numel(), nbytes(x) + nbytes(target), nbytes(logp) + nbytes(loss))
     return logp, loss, total_weight
