@@ -15,11 +15,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 
+import numpy as np
 import torch
 from timing import best_of, freeze_startup_heap, per_call_us
 
 import npu_lab
 from npu_lab import models
+from npu_lab.kernels import matmul as mk
 
 
 def matmul(n: int = 1024) -> None:
@@ -39,12 +41,14 @@ def linear_products(batch: int = 128, features: int = 512) -> None:
     xn, wn, gn = x.npu(), w.npu(), g.npu()
     flops = 2 * batch * features**2
     print(f"nn.Linear {features}->{features} products at batch {batch} (float32, GFLOP/s):")
-    for label, fn, fn_cpu in (("forward  x @ W.T  (dot kernel)", lambda: xn @ wn.T, lambda: x @ w.T),
-                              ("input    g @ W    (outer kernel)", lambda: gn @ wn, lambda: g @ w),
-                              ("weight   g.T @ x  (outer kernel)", lambda: gn.T @ xn, lambda: g.T @ x)):
+    for label, fn, fn_cpu, (a, b) in (
+            ("forward  x @ W.T", lambda: xn @ wn.T, lambda: x @ w.T, (x, w.T)),
+            ("input    g @ W  ", lambda: gn @ wn, lambda: g @ w, (g, w)),
+            ("weight   g.T @ x", lambda: gn.T @ xn, lambda: g.T @ x, (g.T, x))):
         t_npu, t_cpu = best_of(fn), best_of(fn_cpu)
-        print(f"  {label}: npu {flops / t_npu / 1e9:6.1f}   torch {flops / t_cpu / 1e9:6.1f}   "
-              f"ratio {t_cpu / t_npu:5.2f}")
+        kernel = mk.choose_kernel(a.numpy(), b.numpy(), np.empty((a.shape[0], b.shape[1]), np.float32))
+        print(f"  {label} ({kernel + ' kernel):':22s} npu {flops / t_npu / 1e9:6.1f}   "
+              f"torch {flops / t_cpu / 1e9:6.1f}   ratio {t_cpu / t_npu:5.2f}")
 
 
 def elementwise(rows: int = 4096, cols: int = 1024) -> None:
