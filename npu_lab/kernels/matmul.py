@@ -392,9 +392,10 @@ def workspace(slot: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A scratch array for packed operands, reused from call to call: one buffer per thread and ``slot``,
     grown when a larger one is asked for. Its contents are valid until the next request for the same slot.
 
-    A fresh NumPy array of a megabyte is fresh pages from the operating system, and the first write to
-    each page faults; packing into the same buffer every call avoids that cost (hundreds of microseconds
-    for a 512 x 512 float matrix), as GEMM libraries keep their packing buffers.
+    A fresh NumPy array of a megabyte may be fresh pages from the operating system (glibc hands large
+    freed blocks back until its threshold adapts), and the first write to each page then faults; once
+    measured here at a few hundred microseconds for a 512 x 512 float matrix. Packing into the same
+    buffer every call makes the cost predictable, as GEMM libraries keep their packing buffers.
     """
     bufs = getattr(_workspaces, "bufs", None)
     if bufs is None:
