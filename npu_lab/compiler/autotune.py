@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.fx
 
-from ..kernels import codegen
+from ..kernels import codegen, simd
 from ..kernels import matmul as mk
 from ..ops import linalg
 
@@ -46,7 +46,7 @@ class TuneResult:
         m, n, k = self.shape
         if self.kernel not in TILED:
             return (f"mm {m}x{k} @ {k}x{n}: takes the {self.kernel} kernel (a fixed block of "
-                    f"{mk.simd.MR}x{mk.simd.TILE_COLS[np.dtype(np.float32)]} sums in registers): no tiles to tune")
+                    f"{simd.MR}x{simd.TILE_COLS[np.dtype(np.float32)]} sums in registers): no tiles to tune")
         if self.from_cache:
             return f"mm {m}x{k} @ {k}x{n}: tiles {self.best} (from the on-disk cache)"
         tried = ", ".join(f"{t}: {us:.0f}us" for t, us in sorted(self.timings_us.items()))
@@ -82,9 +82,8 @@ def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True) -> Tun
     """
     key = f"{m}x{n}x{k}"
     result = TuneResult((m, n, k))
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = rng.standard_normal((n, k), dtype=np.float32).T  # nn.Linear's weight.T
+    a = np.empty((m, k), np.float32)
+    b = np.empty((n, k), np.float32).T  # nn.Linear's weight.T
     out = np.empty((m, n), np.float32)
     result.kernel = mk.choose_kernel(a, b, out)
     if result.kernel not in TILED:
@@ -94,6 +93,9 @@ def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True) -> Tun
         result.best = tuple(entries[key])  # type: ignore[assignment]
         result.from_cache = True
     else:
+        rng = np.random.default_rng(0)
+        a[:] = rng.standard_normal((m, k), dtype=np.float32)
+        b[:] = rng.standard_normal((k, n), dtype=np.float32)
         for tiles in CANDIDATES:
             mk.mm(a, b, out, tiles)  # compile / warm up
             best = float("inf")

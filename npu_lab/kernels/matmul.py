@@ -466,10 +466,11 @@ def _col_sums(at, out, zero):  # pragma: no cover - compiled
 
 
 def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
-    """Which kernel :func:`mm` runs for ``a @ b`` into ``out``: "dot", "outer" or "rows".
+    """Which kernel :func:`mm` runs for ``a @ b`` into ``out``: "dot", "outer", "packed outer" or "rows".
 
-    * "dot" when ``a`` and ``b.T`` already have contiguous rows (``x @ weight.T``):
-      nothing to pack, long dot products;
+    * "dot" when ``a`` and ``b.T`` already have contiguous rows (``x @ weight.T``) and
+      the product is too small or too narrow for "packed outer": nothing to pack, long
+      dot products;
     * "outer" when the rows of ``b`` are contiguous (``grad @ weight``,
       ``x.T @ grad``) and the output holds at least one whole block: nothing to pack;
     * "packed outer" when ``b.T`` has contiguous rows (``x @ weight.T``) and ``a``
