@@ -1,7 +1,9 @@
 """npu-lab: a simulated NPU for learning the PyTorch 2 compile stack.
 
 ``import npu_lab`` registers the ``npu`` device with PyTorch (once; re-running
-the import in a notebook is safe). Then use it as you would use ``cuda``::
+the import in a notebook is safe): it loads the native runtime (built from
+``npu_lab/csrc`` on first use) and registers the numba kernels. Then use it as
+you would use ``cuda``::
 
     import torch, npu_lab
     x = torch.randn(3, device="npu")
@@ -100,10 +102,10 @@ def set_memory_capacity(nbytes: int, device: int = 0) -> None:
 
 
 def transfer_stats(device: int = 0) -> dict[str, int]:
-    """Bytes and copies that crossed host<->device (and device<->device) so far."""
-    from .device.memory import memory
+    """Bytes and copies that crossed host<->device, within the device and between devices so far."""
+    from .device import native
 
-    return memory(device).counters.transfers.as_dict()
+    return native.load().transfer_stats(device)
 
 
 def __getattr__(name: str):

@@ -8,7 +8,7 @@ where to look first.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -24,8 +24,10 @@ def setup_python_backend(name: str, backend_module: Any, hooks: Any, guard: Any)
     """Rename PrivateUse1 to ``name`` and register a pure-Python backend (torch 2.13).
 
     ``torch.utils.backend_registration._setup_privateuseone_for_python_backend``
-    installs the C++ hooks and device guard that PyTorch expects a C++ backend to
-    provide, so that ``torch.library`` kernels on ``PrivateUse1`` make a real device.
+    installs Python objects as the C++ hooks and device guard PyTorch expects a
+    backend to provide. npu-lab's device is a native runtime instead; chapter 7
+    runs this 20-line prototype in a separate process to show what it can and
+    cannot do (no real storage: ``data_ptr() == 0``).
     """
     from torch.utils.backend_registration import _setup_privateuseone_for_python_backend
 
@@ -34,28 +36,33 @@ def setup_python_backend(name: str, backend_module: Any, hooks: Any, guard: Any)
     )
 
 
-def hooks_base() -> type:
-    """Base class for the PrivateUse1 hooks object (torch 2.13: ``torch._C._acc``)."""
-    return torch._C._acc.PrivateUse1Hooks
-
-
-def device_guard_base() -> type:
-    """Base class for the PrivateUse1 device guard (torch 2.13: ``torch._C._acc``)."""
-    return torch._C._acc.DeviceGuard
-
-
 def backend_name() -> str:
     """The current name of the PrivateUse1 backend ("privateuseone" until renamed)."""
     return torch._C._get_privateuse1_backend_name()
 
 
-def create_empty_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous PrivateUse1 tensor whose storage holds no bytes (torch 2.13).
+def export_dlpack_device(device_type: str) -> None:
+    """Let ``torch.from_dlpack`` take ``device_type`` tensors (works around torch 2.13).
 
-    The lab attaches the real device bytes to the tensor's ``untyped_storage()``
-    Python object, which PyTorch keeps alive as long as the storage lives.
+    ``Tensor.__dlpack_device__`` maps PrivateUse1 to DLPack's ``kDLExtDev``
+    only while the backend still has its default name, ``"privateuse1"``; once
+    renamed it raises "Unknown device type". The C++ converters
+    (``torch.utils.dlpack.to_dlpack``/``from_dlpack``) are right, so this asks
+    the same of the Python protocol method, for ``device_type`` only.
     """
-    return torch._C._acc.create_empty_tensor(tuple(shape), dtype)
+    original = torch.Tensor.__dlpack_device__
+    if getattr(original, "_npu_lab_device", None) == device_type:
+        return
+
+    def __dlpack_device__(self: torch.Tensor) -> tuple[Any, int]:
+        if type(self) is torch.Tensor and self.device.type == device_type:
+            from torch.utils.dlpack import DLDeviceType
+
+            return DLDeviceType.kDLExtDev, self.device.index or 0
+        return original(self)
+
+    __dlpack_device__._npu_lab_device = device_type  # type: ignore[attr-defined]
+    torch.Tensor.__dlpack_device__ = __dlpack_device__  # type: ignore[method-assign]
 
 
 #: ADInplaceOrView (the view's base and shared version counter) above the Meta kernel (its geometry).
@@ -80,73 +87,6 @@ def meta_redispatch(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any
     which is exactly what a device's view kernels must do.
     """
     return op.redispatch(_META_KEYSET, *args, **kwargs)
-
-
-def install_serialization(device_type: str) -> None:
-    """Make ``torch.save``/``copy.deepcopy``/pickle work for tensors of ``device_type``.
-
-    A Python backend's storages hold no bytes PyTorch can see, so the default
-    pickling of a tensor (which saves its storage) would save nothing. PyTorch
-    already has the right path for storage-less backends such as XLA: pickle
-    a CPU copy and rebuild on the device with
-    ``torch._utils._rebuild_device_tensor_from_cpu_tensor``, which honours
-    ``torch.load(map_location=...)`` and is allowed by ``weights_only`` loading.
-    We route ``device_type`` tensors to that path (checked on torch 2.13).
-    """
-    original = torch.Tensor._reduce_ex_internal
-    if getattr(original, "_npu_lab_device", None) == device_type:
-        return
-
-    def _reduce_ex_internal(self: torch.Tensor, proto: int) -> Any:
-        if self.device.type == device_type:
-            with torch.no_grad():
-                cpu = self.cpu()
-            return (
-                torch._utils._rebuild_device_tensor_from_cpu_tensor,
-                (cpu, self.dtype, str(self.device), self.requires_grad),
-            )
-        return original(self, proto)
-
-    _reduce_ex_internal._npu_lab_device = device_type  # type: ignore[attr-defined]
-    torch.Tensor._reduce_ex_internal = _reduce_ex_internal  # type: ignore[method-assign]
-    _install_deepcopy(device_type)
-
-
-def _install_deepcopy(device_type: str) -> None:
-    """``copy.deepcopy`` of a ``device_type`` tensor clones it on the device.
-
-    ``Tensor.__deepcopy__`` copies the storage object for tensors that have one;
-    for a Python backend that path builds an ``UntypedStorage`` on the device,
-    which crashes. PyTorch already clones instead for PrivateUse1 tensors
-    without storage; ours have a (zero-byte) storage, so we take that branch
-    ourselves (checked on torch 2.13). Views deep-copied together become
-    independent tensors (their shared storage is not reproduced).
-    """
-    original = torch.Tensor.__deepcopy__
-    if getattr(original, "_npu_lab_device", None) == device_type:
-        return
-
-    def __deepcopy__(self: torch.Tensor, memo: dict) -> torch.Tensor:
-        if self.device.type != device_type or type(self) is not torch.Tensor:
-            return original(self, memo)
-        if id(self) in memo:
-            return memo[id(self)]
-        if not self.is_leaf:
-            return original(self, memo)  # raises PyTorch's own "only graph leaves" error
-        with torch.no_grad():
-            new = self.clone()
-        new.requires_grad_(self.requires_grad)
-        if self.grad is not None:
-            new.grad = self.grad.__deepcopy__(memo)
-        memo[id(self)] = new
-        import copy
-
-        for key, value in self.__dict__.items():
-            setattr(new, key, copy.deepcopy(value, memo))
-        return new
-
-    __deepcopy__._npu_lab_device = device_type  # type: ignore[attr-defined]
-    torch.Tensor.__deepcopy__ = __deepcopy__  # type: ignore[method-assign]
 
 
 # -- Dynamo must not trace the device's own Python (checked on torch 2.13) ----------------------

@@ -23,8 +23,36 @@ def test_half_elementwise_matches_cpu():
     assert torch.equal(an.cpu(), a + b)
 
 
-def test_half_without_a_kernel_says_so():
-    x = torch.ones(4, 4, dtype=torch.float16).to("npu")
-    with pytest.raises(RuntimeError, match=r"not implemented for 'Half' on npu"):
-        x.sum()
-    assert torch.equal(x.cpu(), torch.ones(4, 4, dtype=torch.float16))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduced_precision_matches_cpu_with_its_dtypes(dtype):
+    """Every kernel takes float16/bfloat16 by computing in float32 and rounding, as the CPU does."""
+    g = torch.Generator().manual_seed(1)
+    a, b = torch.randn(6, 8, generator=g).to(dtype), torch.randn(8, 5, generator=g).to(dtype)
+    w = torch.randn(8, generator=g)  # float32: promotes
+    cases = {
+        "sum": lambda x, y, v: x.sum(),
+        "sum(dtype=float32)": lambda x, y, v: x.sum(dtype=torch.float32),
+        "matmul": lambda x, y, v: x @ y,
+        "softmax": lambda x, y, v: torch.softmax(x, -1),
+        "layer_norm": lambda x, y, v: torch.nn.functional.layer_norm(x, (8,)),
+        "mixed add (promotes to float32)": lambda x, y, v: x + v,
+        "argmax": lambda x, y, v: x.argmax(1),
+        "mse": lambda x, y, v: torch.nn.functional.mse_loss(x, x.flip(0)),
+    }
+    for name, fn in cases.items():
+        want = fn(a, b, w)
+        got = fn(a.npu(), b.npu(), w.npu()).cpu()
+        assert got.dtype == want.dtype, name
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2, msg=name)
+
+
+def test_reduced_precision_in_place_and_out_write_back():
+    x = torch.linspace(-2, 2, 10, dtype=torch.bfloat16)
+    xn = x.npu()
+    ptr = xn.data_ptr()
+    xn.mul_(3).add_(1)
+    assert xn.data_ptr() == ptr and xn.dtype == torch.bfloat16
+    assert torch.equal(xn.cpu(), x.mul(3).add(1))
+    out = torch.empty(0, dtype=torch.float16, device="npu")
+    torch.exp(x.half().npu(), out=out)
+    assert out.dtype == torch.float16 and torch.equal(out.cpu(), torch.exp(x.half()))

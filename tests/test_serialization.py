@@ -3,7 +3,6 @@
 import copy
 import io
 
-import pytest
 import torch
 
 
@@ -80,32 +79,61 @@ def test_deepcopy_of_npu_tensors_and_modules_with_buffers():
     assert copied["a"] is copied["b"]  # the memo keeps identity
 
 
-def test_jit_save_refuses_npu_weights_and_writes_nothing(tmp_path):
-    """TorchScript's C++ serializer cannot read npu storages: a clear error instead of empty weights."""
+def test_saved_views_load_as_views_and_keep_sharing():
+    base = torch.arange(12.0, device="npu")
+    views = {"base": base, "row": base.view(3, 4)[1], "strided": base[::3]}
+    for loc in (None, "npu", "cpu"):
+        got = _roundtrip(views, map_location=loc)
+        dev = "cpu" if loc == "cpu" else "npu"
+        assert all(t.device.type == dev for t in got.values())
+        ptrs = {t.untyped_storage().data_ptr() for t in got.values()}
+        assert len(ptrs) == 1, loc  # one storage, as when saved
+        got["base"][4] = -1.0
+        assert got["row"][0].item() == -1.0  # writes through the base are seen by the view
+        assert got["strided"].stride() == (3,) and got["strided"].tolist() == [0.0, 3.0, 6.0, 9.0]
+
+
+def test_map_location_moves_cpu_files_to_a_chosen_device():
+    got = _roundtrip({"a": torch.ones(2), "b": torch.zeros(3)}, map_location="npu:1")
+    assert {t.device for t in got.values()} == {torch.device("npu:1")}
+
+
+def test_jit_save_and_load_of_npu_modules(tmp_path):
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit's deprecation warning
-        scripted = torch.jit.script(torch.nn.Linear(3, 2).to("npu"))
+        model = torch.nn.Linear(3, 2).to("npu")
+        scripted = torch.jit.script(model)
         path = tmp_path / "m.pt"
-        with pytest.raises(RuntimeError, match=r"torch.jit.save cannot save npu tensors \(weight, bias\)"):
-            torch.jit.save(scripted, str(path))
-        assert not path.exists()
-        with pytest.raises(RuntimeError, match="cannot save npu tensors"):
-            scripted.save_to_buffer()
-        torch.jit.save(scripted.cpu(), str(path))  # the way the error suggests
-        loaded = torch.jit.load(str(path))
-    torch.testing.assert_close(loaded.weight, scripted.weight)
+        torch.jit.save(scripted, str(path))
+        on_cpu = torch.jit.load(str(path), map_location="cpu")
+        on_npu = torch.jit.load(str(path), map_location="npu")
+    torch.testing.assert_close(on_cpu.weight, model.weight.detach().cpu())
+    assert on_npu.weight.device.type == "npu"
+    torch.testing.assert_close(on_npu.weight.cpu(), model.weight.detach().cpu())
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(on_npu(x.npu()).cpu(), model(x.npu()).detach().cpu())
 
 
-def test_export_save_refuses_npu_weights(tmp_path):
+def test_export_save_and_load_of_npu_programs(tmp_path):
     torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    program = torch.export.export(copy.deepcopy(model).to("npu"), (torch.randn(1, 3, device="npu"),))
+    model = torch.nn.Linear(3, 2).to("npu")
+    program = torch.export.export(model, (torch.randn(1, 3, device="npu"),))
     path = tmp_path / "m.pt2"
-    with pytest.raises(RuntimeError, match="torch.export.save cannot save npu tensors"):
-        torch.export.save(program, str(path))
-    assert not path.exists()
-    cpu_program = torch.export.export(model, (torch.randn(1, 3),))
-    torch.export.save(cpu_program, str(path))
-    torch.testing.assert_close(torch.export.load(str(path)).state_dict["weight"], model.weight)
+    torch.export.save(program, str(path))
+    loaded = torch.export.load(str(path))
+    w = loaded.state_dict["weight"]
+    assert w.device.type == "npu"
+    torch.testing.assert_close(w.cpu(), model.weight.detach().cpu())
+    x = torch.randn(1, 3, device="npu")
+    torch.testing.assert_close(loaded.module()(x).cpu(), model(x).detach().cpu())
+
+
+def test_dlpack_in_and_out():
+    x = torch.arange(6.0).reshape(2, 3).npu()
+    capsule_tensor = torch.from_dlpack(x)  # npu -> npu, zero copy
+    assert capsule_tensor.device == x.device and capsule_tensor.data_ptr() == x.data_ptr()
+    cpu = torch.arange(4.0)
+    back = torch.from_dlpack(torch.utils.dlpack.to_dlpack(cpu))
+    assert back.data_ptr() == cpu.data_ptr()

@@ -530,7 +530,7 @@ class _Builder:
         if owner is not None and self._owner_bytes[owner] >= nbytes:
             self.stats.buffers_reused += 1
             self._owner_of[v] = owner
-            self.line(f"{v.blk} = {owner}.array  # memory plan: buffer {v.buffer}, reused")
+            self.line(f"{v.blk} = {owner}  # memory plan: buffer {v.buffer}, reused")
             return
         if owner is not None:  # too small for this value: free it now rather than at return
             self.line(f"{owner} = None")
@@ -539,7 +539,7 @@ class _Builder:
         self._owner_bytes[own] = nbytes
         note = f"  # memory plan: buffer {v.buffer}" if v.buffer is not None else ""
         self.line(f"{own} = _rt.alloc({nbytes})")
-        self.line(f"{v.blk} = {own}.array{note}")
+        self.line(f"{v.blk} = {own}{note}")
 
     def _torch_dtype(self, dtype: torch.dtype) -> str:
         return self.const(dtype, str(dtype).replace("torch.", "t_"))

@@ -13,9 +13,10 @@ import numpy as np
 import torch
 
 from .. import _torch_private as private
-from ..device import clock
-from ..device.memory import memory
-from ..device.tensors import DeviceBlock, empty, empty_strided
+from ..device import clock, native
+from ..device.tensors import block_of, empty, empty_strided
+
+_C = native.load()
 
 __all__ = ["alloc", "block", "bump", "conform", "empty", "empty_strided", "launch", "modes_active", "nd",
            "view"]
@@ -28,16 +29,14 @@ nd = np.ndarray
 launch = clock.launch
 
 
-def alloc(nbytes: int, index: int = 0) -> DeviceBlock:
-    """A device buffer for an intermediate no tensor ever wraps: allocated and counted like a
-    tensor's (``torch.npu.memory_allocated`` sees it), freed when the returned owner is dropped."""
-    mem = memory(index)
-    return DeviceBlock(mem.malloc(nbytes), mem)
+def alloc(nbytes: int, index: int = -1) -> np.ndarray:
+    """A device buffer for an intermediate no tensor ever wraps, as a ``uint8`` array: allocated and
+    counted like a tensor's (``torch.npu.memory_allocated`` sees it), freed when the array is dropped."""
+    return _C.alloc_block(nbytes, index)
 
 
-def block(t: torch.Tensor) -> np.ndarray:
-    """The device block (a ``uint8`` array) behind ``t``'s storage."""
-    return t.untyped_storage()._npu_mem.array
+#: ``block(t)``: the device memory (a ``uint8`` array) behind ``t``'s storage.
+block = block_of
 
 
 def conform(t: torch.Tensor, shape: tuple[int, ...], stride: tuple[int, ...]) -> torch.Tensor:

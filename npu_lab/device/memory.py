@@ -1,9 +1,11 @@
-"""Simulated device memory: a caching allocator with a fixed capacity.
+"""Device memory as Python sees it: the native caching allocator's counters and controls.
 
-Each simulated device owns a :class:`DeviceMemory`. It hands out blocks of
-bytes (NumPy ``uint8`` arrays that *are* the device memory), keeps freed blocks
-in a cache for reuse the way PyTorch's CUDA caching allocator does, and raises
-``torch.OutOfMemoryError`` when a request cannot fit in the capacity.
+Each device's memory is managed in C++ (``csrc/runtime/NpuAllocator.cpp``) by a
+caching allocator over the simulated driver's ``npuMalloc``/``npuFree``
+(``csrc/driver/memory.cpp``), the way PyTorch's CUDA caching allocator sits on
+``cudaMalloc``. Freed blocks are kept in a cache per rounded size and handed out
+again; when the driver reports the device full, the cache is given back and the
+request retried once before ``torch.OutOfMemoryError``.
 
 Two numbers matter, as on CUDA:
 
@@ -16,15 +18,13 @@ the cached blocks back.
 
 from __future__ import annotations
 
-import os
-import sys
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-import numpy as np
-import torch
+from . import native
 
-#: Blocks are rounded up to this many bytes, like CUDA's allocator.
+_C = native.load()
+
+#: Blocks are rounded up to this many bytes, like CUDA's allocator (kBlockRound in the runtime).
 BLOCK_ROUND = 512
 #: Default capacity of a simulated device (overridable with NPU_LAB_MEMORY_GB).
 DEFAULT_CAPACITY = 4 * 1024**3
@@ -47,7 +47,7 @@ def round_size(nbytes: int) -> int:
 
 @dataclass
 class TransferStats:
-    """Bytes and copies that crossed between host and device (or within it)."""
+    """Bytes and copies that crossed between host and device, within a device, or between devices."""
 
     host_to_device_bytes: int = 0
     host_to_device_copies: int = 0
@@ -55,6 +55,8 @@ class TransferStats:
     device_to_host_copies: int = 0
     device_to_device_bytes: int = 0
     device_to_device_copies: int = 0
+    peer_bytes: int = 0
+    peer_copies: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -62,166 +64,82 @@ class TransferStats:
 
 @dataclass
 class MemoryCounters:
-    allocated: int = 0
-    peak_allocated: int = 0
-    reserved: int = 0
-    peak_reserved: int = 0
-    live_blocks: int = 0
-    peak_live_blocks: int = 0
-    num_allocs: int = 0
-    num_frees: int = 0
-    cache_hits: int = 0
-    num_ooms: int = 0
-    num_alloc_retries: int = 0
-    transfers: TransferStats = field(default_factory=TransferStats)
+    """A snapshot of one device's allocator counters."""
+
+    allocated: int
+    peak_allocated: int
+    reserved: int
+    peak_reserved: int
+    cached: int
+    live_blocks: int
+    peak_live_blocks: int
+    num_allocs: int
+    num_frees: int
+    cache_hits: int
+    num_ooms: int
+    num_alloc_retries: int
+    capacity: int
+    transfers: TransferStats
 
 
 class DeviceMemory:
-    """The memory of one simulated device.
+    """The memory of one device, as the native allocator reports it."""
 
-    Args:
-        index: the device index this memory belongs to.
-        capacity: total bytes the device has.
-    """
-
-    def __init__(self, index: int, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(self, index: int) -> None:
         self.index = index
-        self.capacity = int(capacity)
-        self.counters = MemoryCounters()
-        self._cache: dict[int, list[np.ndarray]] = defaultdict(list)
-        self._cached_bytes = 0
-        self._listeners: list = []
 
-    # -- allocation -------------------------------------------------------------
-    def malloc(self, nbytes: int) -> np.ndarray:
-        """A block of at least ``nbytes`` bytes; raises ``torch.OutOfMemoryError``."""
-        size = round_size(nbytes)
-        c = self.counters
-        if size == 0:
-            return np.empty(0, dtype=np.uint8)
-        pool = self._cache.get(size)
-        block = None
-        if pool:
-            # A freed block is reusable only once no NumPy view of it is left: a kernel
-            # may still be reading a temporary whose tensor already died. The pool's
-            # list slot and getrefcount's own argument are the only references then.
-            for i in range(len(pool) - 1, -1, -1):
-                if sys.getrefcount(pool[i]) <= 2:
-                    block = pool.pop(i)
-                    self._cached_bytes -= size
-                    c.cache_hits += 1
-                    break
-        if block is None:
-            if c.reserved + size > self.capacity:
-                # Like CUDA: give the cache back and try once more before failing.
-                c.num_alloc_retries += 1
-                self.empty_cache()
-                if c.reserved + size > self.capacity:
-                    c.num_ooms += 1
-                    self._raise_oom(nbytes)
-            block = np.empty(size, dtype=np.uint8)
-            c.reserved += size
-            c.peak_reserved = max(c.peak_reserved, c.reserved)
-        c.allocated += size
-        c.peak_allocated = max(c.peak_allocated, c.allocated)
-        c.live_blocks += 1
-        c.peak_live_blocks = max(c.peak_live_blocks, c.live_blocks)
-        c.num_allocs += 1
-        for fn in self._listeners:
-            fn("alloc", self.index, size)
-        return block
+    @property
+    def counters(self) -> MemoryCounters:
+        """The allocator's counters now (a snapshot)."""
+        transfers = TransferStats(**_C.transfer_stats(self.index))
+        return MemoryCounters(**_C.memory_counters(self.index), transfers=transfers)
 
-    def free(self, block: np.ndarray) -> None:
-        """Return a block to the cache (called when its storage dies)."""
-        size = block.nbytes
-        if size == 0:
-            return
-        c = self.counters
-        c.allocated -= size
-        c.live_blocks -= 1
-        c.num_frees += 1
-        self._cache[size].append(block)
-        self._cached_bytes += size
-        for fn in self._listeners:
-            fn("free", self.index, size)
+    @property
+    def capacity(self) -> int:
+        return _C.mem_get_info(self.index)[1]
 
-    def empty_cache(self) -> None:
-        """Release every cached (unused) block."""
-        self.counters.reserved -= self._cached_bytes
-        self._cached_bytes = 0
-        self._cache.clear()
-
-    def _raise_oom(self, nbytes: int) -> None:
-        c = self.counters
-        free = self.capacity - c.reserved
-        raise torch.OutOfMemoryError(
-            f"NPU out of memory. Tried to allocate {_format_bytes(nbytes)}. "
-            f"NPU {self.index} has a total capacity of {_format_bytes(self.capacity)} "
-            f"of which {_format_bytes(free)} is free. "
-            f"Of the allocated memory {_format_bytes(c.allocated)} is allocated by "
-            f"tensors and {_format_bytes(c.reserved - c.allocated)} is reserved but "
-            "unallocated. Free tensors you no longer need (del, then "
-            "torch.npu.empty_cache()) or raise the capacity with "
-            "npu_lab.set_memory_capacity()."
-        )
-
-    # -- statistics -------------------------------------------------------------
     @property
     def free_bytes(self) -> int:
-        return self.capacity - self.counters.reserved
+        return _C.mem_get_info(self.index)[0]
+
+    def empty_cache(self) -> None:
+        """Give every cached (unused) block back to the driver."""
+        _C.empty_cache(self.index)
 
     def reset_peak(self) -> None:
-        c = self.counters
-        c.peak_allocated = c.allocated
-        c.peak_reserved = c.reserved
-        c.peak_live_blocks = c.live_blocks
+        _C.reset_peak(self.index)
 
     def stats(self) -> dict[str, int]:
         """Counters named like ``torch.cuda.memory_stats()``."""
-        c = self.counters
+        c = _C.memory_counters(self.index)
         out = {
-            "allocated_bytes.all.current": c.allocated,
-            "allocated_bytes.all.peak": c.peak_allocated,
-            "reserved_bytes.all.current": c.reserved,
-            "reserved_bytes.all.peak": c.peak_reserved,
-            "active.all.current": c.live_blocks,
-            "active.all.peak": c.peak_live_blocks,
-            "allocation.all.allocated": c.num_allocs,
-            "allocation.all.freed": c.num_frees,
-            "inactive_split_bytes.all.current": self._cached_bytes,
-            "num_alloc_retries": c.num_alloc_retries,
-            "num_ooms": c.num_ooms,
-            "num_cache_hits": c.cache_hits,
-            "capacity_bytes": self.capacity,
+            "allocated_bytes.all.current": c["allocated"],
+            "allocated_bytes.all.peak": c["peak_allocated"],
+            "reserved_bytes.all.current": c["reserved"],
+            "reserved_bytes.all.peak": c["peak_reserved"],
+            "active.all.current": c["live_blocks"],
+            "active.all.peak": c["peak_live_blocks"],
+            "allocation.all.allocated": c["num_allocs"],
+            "allocation.all.freed": c["num_frees"],
+            "inactive_split_bytes.all.current": c["cached"],
+            "num_alloc_retries": c["num_alloc_retries"],
+            "num_ooms": c["num_ooms"],
+            "num_cache_hits": c["cache_hits"],
+            "capacity_bytes": c["capacity"],
         }
-        for k, v in c.transfers.as_dict().items():
+        for k, v in _C.transfer_stats(self.index).items():
             out[f"transfer.{k}"] = v
         return out
 
 
-_memories: dict[int, DeviceMemory] = {}
-
-
-def _default_capacity() -> int:
-    gb = os.environ.get("NPU_LAB_MEMORY_GB")
-    return int(float(gb) * 1024**3) if gb else DEFAULT_CAPACITY
-
-
 def memory(index: int = 0) -> DeviceMemory:
     """The :class:`DeviceMemory` of device ``index``."""
-    mem = _memories.get(index)
-    if mem is None:
-        mem = _memories[index] = DeviceMemory(index, _default_capacity())
-    return mem
+    if not 0 <= index < _C.device_count():
+        raise RuntimeError(f"Invalid device npu:{index}: the simulated NPU has {_C.device_count()} devices")
+    return DeviceMemory(index)
 
 
 def set_capacity(nbytes: int, index: int = 0) -> None:
-    """Change the capacity of device ``index`` (must hold what is reserved now)."""
-    mem = memory(index)
-    mem.empty_cache()
-    if nbytes < mem.counters.reserved:
-        raise ValueError(
-            f"cannot shrink npu:{index} to {_format_bytes(nbytes)}: "
-            f"{_format_bytes(mem.counters.reserved)} is in use"
-        )
-    mem.capacity = int(nbytes)
+    """Change the capacity of device ``index`` (it must hold what is reserved after emptying the cache)."""
+    memory(index)
+    _C.set_capacity(index, int(nbytes))

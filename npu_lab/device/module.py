@@ -2,98 +2,150 @@
 
 After ``import npu_lab`` this module *is* ``torch.npu``. Its names and
 semantics follow ``torch.cuda``: devices, streams and events, random seeds,
-and memory statistics. Everything here works on the CPU-only machine the lab
-runs on, because the device is simulated.
+and memory statistics. Each function is a thin layer over the native runtime
+(``npu_lab._C``); PyTorch's own device-generic APIs (``torch.accelerator``,
+``torch.Stream``, ``torch.Event``, ``torch.Generator``) reach the same runtime
+through its C++ hooks and device guard.
 """
 
 from __future__ import annotations
 
-import contextlib
+import traceback
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from . import memory as _memory
+from . import native
 from . import rng as _rng
 from . import streams as _streams
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
-__all__ = [
-    "Event", "Stream", "current_device", "current_stream", "default_stream", "device",
-    "device_count", "empty_cache", "get_device_name", "get_device_properties",
-    "get_rng_state", "get_rng_state_all", "initial_seed", "is_available", "manual_seed",
-    "manual_seed_all", "max_memory_allocated", "max_memory_reserved", "mem_get_info",
-    "memory_allocated", "memory_reserved", "memory_stats", "reset_peak_memory_stats",
-    "seed", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
-    "synchronize",
-]
+_C = native.load()
 
-#: How many simulated devices exist. PyTorch 2.13's pure-Python backend path
-#: creates every tensor on index 0, so the simulator has exactly one for now;
-#: the runtime keeps the index as a parameter everywhere so this can grow.
-DEVICE_COUNT = 1
+__all__ = [
+    "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
+    "device_count", "empty_cache", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
+    "get_device_properties", "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
+    "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
+    "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
+    "memory_summary", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
+    "set_rng_state_all", "set_stream", "stream", "synchronize",
+]
 
 
 def _index(device: Any = None) -> int:
     if device is None:
-        return _streams.current_device()
+        return _C.current_device()
     if isinstance(device, int):
         idx = device
+    elif isinstance(device, str) and device.isdigit():
+        idx = int(device)
     else:
         d = torch.device(device)
         if d.type != "npu":
             raise ValueError(f"Expected an npu device, but got: {d}")
-        idx = d.index if d.index is not None else _streams.current_device()
-    if not 0 <= idx < DEVICE_COUNT:
+        idx = _C.current_device() if d.index is None else d.index
+    count = _C.device_count()
+    if not 0 <= idx < count:
         raise RuntimeError(
-            f"Invalid device index npu:{idx}: the simulated NPU has {DEVICE_COUNT} device(s)"
+            f"Invalid device npu:{idx}: the simulated NPU has {count} devices (set NPU_LAB_DEVICES to change that)"
         )
     return idx
 
 
-# -- devices ---------------------------------------------------------------------
+# -- devices and initialisation ----------------------------------------------------------
 def is_available() -> bool:
-    """Always True: the NPU is simulated on the host."""
-    return True
+    """True: the NPU is simulated on the host."""
+    return _C.device_count() > 0
+
+
+_queued_calls: list[tuple[Any, list[str]]] = []
+
+
+def init() -> None:
+    """Initialise the NPU runtime (as ``torch.cuda.init``). After a ``fork()``, a child cannot."""
+    _lazy_init()
 
 
 def is_initialized() -> bool:
-    return True
+    """Has the runtime been initialised in this process (and not inherited through a fork)?"""
+    return _C.is_initialized()
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    return _C.is_in_bad_fork()
 
 
 def _lazy_init() -> None:
-    """Nothing to initialise lazily; present for torch.cuda parity."""
+    """Called by PyTorch before the first npu tensor is made (and by :func:`init`)."""
+    if _C.is_initialized():
+        return
+    _C.init()
+    while _queued_calls:
+        call, _where = _queued_calls.pop(0)
+        call()
+
+
+def _lazy_call(callable: Any, **kwargs: Any) -> None:
+    if is_initialized():
+        callable()
+    else:
+        _queued_calls.append((callable, traceback.format_stack()))
 
 
 def device_count() -> int:
-    """Number of simulated NPU devices."""
-    return DEVICE_COUNT
+    """Number of simulated NPU devices (``NPU_LAB_DEVICES``, default 2)."""
+    return _C.device_count()
 
 
 def current_device() -> int:
-    """Index of the current device."""
-    return _streams.current_device()
+    """Index of the current device of this thread."""
+    return _C.current_device()
 
 
 def set_device(device: Any) -> None:
-    """Make ``device`` the current device."""
-    _streams.set_current_device(_index(device))
+    """Make ``device`` the current device of this thread."""
+    _C.set_device(_index(device))
 
 
-@contextlib.contextmanager
-def device(device: Any) -> Iterator[None]:
-    """Context manager that changes the current device."""
-    prev = current_device()
-    set_device(device)
-    try:
-        yield
-    finally:
-        set_device(prev)
+class device:
+    """Context manager that changes the current device (``with torch.npu.device(1): ...``).
+
+    A negative index or ``None`` leaves the device unchanged, as ``torch.cuda.device``.
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.idx = -1 if device is None or (isinstance(device, int) and device < 0) else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = _C.exchange_device(self.idx)
+
+    def __exit__(self, *exc: object) -> bool:
+        _C.set_device(self.prev_idx)
+        return False
+
+
+@dataclass
+class NpuDeviceProperties:
+    """What ``torch.npu.get_device_properties`` returns: capacity and the roofline of the simulated chip."""
+
+    name: str
+    total_memory: int
+    peak_gflops: float
+    bandwidth_gbs: float
+    launch_us: float
+    link_gbs: float
+    peer_gbs: float
+    major: int = 1
+    minor: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:  # the lab's older dict-style access keeps working
+        return getattr(self, key)
 
 
 def get_device_name(device: Any = None) -> str:
@@ -101,18 +153,21 @@ def get_device_name(device: Any = None) -> str:
     return "npu-lab simulated NPU"
 
 
-def get_device_properties(device: Any = None) -> dict[str, Any]:
+def get_device_properties(device: Any = None) -> NpuDeviceProperties:
     """Capacity and the cost model's roofline numbers of a device."""
-    from .clock import cost_model
-
     idx = _index(device)
-    return {
-        "name": get_device_name(idx),
-        "total_memory": _memory.memory(idx).capacity,
-        "peak_gflops": cost_model.peak_gflops,
-        "bandwidth_gbs": cost_model.bandwidth_gbs,
-        "launch_us": cost_model.launch_us,
-    }
+    cm = _C.get_cost_model()
+    return NpuDeviceProperties(
+        name=get_device_name(idx), total_memory=_C.mem_get_info(idx)[1], peak_gflops=cm["peak_gflops"],
+        bandwidth_gbs=cm["bandwidth_gbs"], launch_us=cm["launch_us"], link_gbs=cm["link_gbs"],
+        peer_gbs=cm["peer_gbs"],
+    )
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    """(major, minor) version of the simulated chip."""
+    p = get_device_properties(device)
+    return p.major, p.minor
 
 
 def synchronize(device: Any = None) -> None:
@@ -121,42 +176,60 @@ def synchronize(device: Any = None) -> None:
 
 
 # -- random numbers ----------------------------------------------------------------
+class _DefaultGenerators:
+    """``torch.npu.default_generators[i]``: the default ``torch.Generator`` of device ``i``."""
+
+    def __getitem__(self, i: int) -> torch.Generator:
+        return _rng.default_generator(_index(i))
+
+    def __len__(self) -> int:
+        return _C.device_count()
+
+    def __iter__(self) -> Iterator[torch.Generator]:
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+
+
 def manual_seed(seed: int) -> None:
     """Seed the current device's generator."""
-    _rng.generator(current_device()).manual_seed(int(seed))
+    _rng.default_generator(current_device()).manual_seed(int(seed))
 
 
 def manual_seed_all(seed: int) -> None:
     """Seed every device's generator (``torch.manual_seed`` calls this too)."""
-    for i in range(DEVICE_COUNT):
-        _rng.generator(i).manual_seed(int(seed))
+    for g in default_generators:
+        g.manual_seed(int(seed))
 
 
 def seed() -> None:
     """Seed the current device with a random number."""
-    manual_seed(torch.randint(0, 2**62, ()).item())
+    _rng.default_generator(current_device()).seed()
 
 
 def seed_all() -> None:
-    for i in range(DEVICE_COUNT):
-        _rng.generator(i).manual_seed(torch.randint(0, 2**62, ()).item())
+    for g in default_generators:
+        g.seed()
 
 
 def initial_seed() -> int:
-    return _rng.generator(current_device()).seed
+    return _rng.default_generator(current_device()).initial_seed()
 
 
 def get_rng_state(device: Any = "npu") -> torch.Tensor:
     """The generator state of a device: 16 bytes, (seed, offset) as CUDA's Philox."""
-    return _rng.generator(_index(device)).get_state()
+    return _rng.default_generator(_index(device)).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "npu") -> None:
-    _rng.generator(_index(device)).set_state(new_state)
+    if not (isinstance(new_state, torch.Tensor) and new_state.dtype == torch.uint8 and new_state.numel() == 16):
+        raise RuntimeError("npu RNG state must be a uint8 tensor of 16 bytes (seed, offset)")
+    _rng.default_generator(_index(device)).set_state(new_state.cpu())
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
-    return [get_rng_state(i) for i in range(DEVICE_COUNT)]
+    return [get_rng_state(i) for i in range(device_count())]
 
 
 def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
@@ -167,29 +240,33 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 # -- memory ------------------------------------------------------------------------
 def memory_allocated(device: Any = None) -> int:
     """Bytes occupied by live tensors on the device (rounded to allocator blocks)."""
-    return _memory.memory(_index(device)).counters.allocated
+    return _C.memory_counters(_index(device))["allocated"]
 
 
 def max_memory_allocated(device: Any = None) -> int:
     """Peak of :func:`memory_allocated` since start or the last reset."""
-    return _memory.memory(_index(device)).counters.peak_allocated
+    return _C.memory_counters(_index(device))["peak_allocated"]
 
 
 def memory_reserved(device: Any = None) -> int:
     """Bytes held by the caching allocator (allocated + cached)."""
-    return _memory.memory(_index(device)).counters.reserved
+    return _C.memory_counters(_index(device))["reserved"]
 
 
 def max_memory_reserved(device: Any = None) -> int:
-    return _memory.memory(_index(device)).counters.peak_reserved
+    return _C.memory_counters(_index(device))["peak_reserved"]
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _memory.memory(_index(device)).reset_peak()
+    _C.reset_peak(_index(device))
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
     reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _C.reset_accumulated(_index(device))
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
@@ -198,15 +275,14 @@ def memory_stats(device: Any = None) -> dict[str, int]:
 
 
 def empty_cache() -> None:
-    """Release cached blocks so :func:`memory_reserved` drops to what is in use."""
-    for i in range(DEVICE_COUNT):
-        _memory.memory(i).empty_cache()
+    """Release cached blocks of every device so :func:`memory_reserved` drops to what is in use."""
+    for i in range(device_count()):
+        _C.empty_cache(i)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     """(free bytes, total bytes) of the device."""
-    mem = _memory.memory(_index(device))
-    return mem.free_bytes, mem.capacity
+    return tuple(_C.mem_get_info(_index(device)))  # type: ignore[return-value]
 
 
 def memory_summary(device: Any = None) -> str:
@@ -216,9 +292,11 @@ def memory_summary(device: Any = None) -> str:
     return "\n".join(f"{k:<{width}}  {v:>14,}" for k, v in stats.items())
 
 
+# -- mixed precision -----------------------------------------------------------------
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.float16]
+    """The dtypes ``torch.autocast("npu", dtype=...)`` accepts."""
+    return [torch.float16, torch.bfloat16]
 
 
-def is_bf16_supported() -> bool:
-    return False
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True

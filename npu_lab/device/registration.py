@@ -1,4 +1,11 @@
-"""Turn PyTorch's PrivateUse1 dispatch key into the ``npu`` device (once per process)."""
+"""Make PyTorch's PrivateUse1 dispatch key the ``npu`` device (once per process).
+
+The device itself is the native runtime (``npu_lab/csrc``): loading it registers
+the allocator, device guard, hooks, generators, the C++ kernels, autocast and the
+profiler plugin with PyTorch. What is left is the Python side, exactly as a
+chip vendor's package does it: rename the backend, give ``torch.npu`` its module,
+generate the ``.npu()`` / ``.is_npu`` methods, and register the numba kernels.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +14,6 @@ import torch
 from .. import _torch_private as private
 
 _registered = False
-
-
-class _Hooks(private.hooks_base()):  # type: ignore[misc]
-    """The C++ hooks interface PyTorch queries for a backend, answered in Python."""
-
-    def is_available(self) -> bool:
-        return True
-
-    def has_primary_context(self, dev_id: int) -> bool:
-        return True
-
-    def is_built(self) -> bool:
-        return True
-
-
-class _Guard(private.device_guard_base()):  # type: ignore[misc]
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
 
 
 def register() -> None:
@@ -37,18 +26,22 @@ def register() -> None:
         raise RuntimeError(
             f"PrivateUse1 is already claimed by the '{name}' backend; npu-lab cannot register 'npu'"
         )
+    from . import native
+
+    native.load()
+    if name == "privateuseone":
+        torch.utils.rename_privateuse1_backend("npu")
     from . import module
 
-    if name == "privateuseone":
-        private.setup_python_backend("npu", module, _Hooks(), _Guard())
-    from .. import ops  # noqa: F401  (registers every kernel)
+    if not hasattr(torch, "npu"):
+        torch._register_device_module("npu", module)
+    if not hasattr(torch.Tensor, "is_npu"):
+        torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    private.export_dlpack_device("npu")
+    from .. import ops  # noqa: F401  (registers every numba kernel)
     from . import fallback
 
     fallback.install()
-    private.install_serialization("npu")
-    from . import serialization
-
-    serialization.install()
     run_backward_on_calling_thread()
     _registered = True
 

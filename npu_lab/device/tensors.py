@@ -1,13 +1,15 @@
 """Device tensors: where an ``npu`` tensor's bytes live and how kernels see them.
 
 An ``npu`` tensor is an ordinary ``torch.Tensor`` whose dispatch key is
-PrivateUse1. Its sizes, strides and storage offset are real PyTorch metadata;
-its storage object carries one attribute, ``_npu_block``: a block of the
-simulated device memory (a NumPy ``uint8`` array). Views share the storage
-object, and therefore the block, exactly as they share memory on a real chip.
+PrivateUse1 and whose storage holds real bytes from the NPU's caching
+allocator (``csrc/runtime/NpuAllocator.cpp``): ``t.data_ptr()`` is a real
+address, ``t.untyped_storage().nbytes()`` its true size, and views are offsets
+into the same storage, exactly as on a real chip.
 
-When the last tensor using a storage dies, PyTorch drops the storage object and
-a finalizer gives the block back to the device's allocator.
+Kernels work on that memory in place through NumPy arrays made by the runtime
+(:func:`as_array`, :func:`flat_array`): each points at the tensor's bytes and
+keeps its storage alive for as long as the array exists, so a kernel can never
+touch memory that was freed under it.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .. import _torch_private as private
-from .memory import memory
+from . import native
 
-#: PyTorch dtypes the simulated NPU stores, with their NumPy equivalents.
+_C = native.load()
+
+#: PyTorch dtypes the NPU's kernels compute on, with their NumPy equivalents.
 NUMPY_DTYPES: dict[torch.dtype, type] = {
     torch.float32: np.float32,
     torch.float64: np.float64,
@@ -32,32 +35,26 @@ NUMPY_DTYPES: dict[torch.dtype, type] = {
     torch.uint8: np.uint8,
     torch.bool: np.bool_,
     torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
+    torch.uint16: np.uint16,
+    torch.uint32: np.uint32,
+    torch.uint64: np.uint64,
 }
 
-_BLOCK_ATTR = "_npu_mem"
-
-
-class DeviceBlock:
-    """Ownership of one allocator block; returns it to the allocator when dropped."""
-
-    __slots__ = ("array", "mem")
-
-    def __init__(self, array: np.ndarray, mem) -> None:
-        self.array = array
-        self.mem = mem
-
-    def __del__(self) -> None:
-        mem = self.mem
-        if mem is not None:
-            self.mem = None
-            mem.free(self.array)
+#: ``as_array(t)``: a NumPy array aliasing ``t``'s device bytes with ``t``'s shape and strides (no copy).
+as_array = _C.as_array
+#: ``flat_array(t)``: the whole storage of ``t`` as a 1-D array of ``t``'s dtype (for strided kernels).
+flat_array = _C.flat_array
+#: ``block_of(t)``: the bytes of ``t``'s storage as a ``uint8`` array.
+block_of = _C.block
 
 
 def check_dtype(dtype: torch.dtype) -> None:
     if dtype not in NUMPY_DTYPES:
         raise TypeError(
-            f"npu does not support dtype {dtype}; supported: "
+            f"npu kernels cannot work on {str(dtype).replace('torch.', '')} tensors; they compute in "
             + ", ".join(str(d).replace("torch.", "") for d in NUMPY_DTYPES)
+            + " (float16 and bfloat16 in float32)"
         )
 
 
@@ -78,98 +75,30 @@ def storage_bytes(size: Sequence[int], stride: Sequence[int], itemsize: int, off
     return (last + 1) * itemsize
 
 
-def attach_block(storage: torch.UntypedStorage, nbytes: int, index: int = 0) -> np.ndarray:
-    """Give ``storage`` a fresh device block of ``nbytes`` from device ``index``.
-
-    If the storage already had a block (``resize_``), the old bytes are copied
-    over and the old block goes back to the allocator.
-    """
-    mem = memory(index)
-    array = mem.malloc(nbytes)
-    old = getattr(storage, _BLOCK_ATTR, None)
-    if old is not None and old.array.nbytes:
-        n = min(old.array.nbytes, array.nbytes)
-        array[:n] = old.array[:n]
-    setattr(storage, _BLOCK_ATTR, DeviceBlock(array, mem))
-    return array
+def empty(size: Sequence[int], dtype: torch.dtype, index: int = -1) -> torch.Tensor:
+    """A contiguous ``npu`` tensor (uninitialised) on device ``index`` (default: the current device)."""
+    return _C.empty(size, dtype, index)
 
 
 def empty_strided(
-    size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype, index: int = 0
+    size: Sequence[int], stride: Sequence[int] | None, dtype: torch.dtype, index: int = -1
 ) -> torch.Tensor:
-    """Allocate an ``npu`` tensor with the given geometry (uninitialised bytes)."""
-    check_dtype(dtype)
-    size = tuple(int(s) for s in size)
-    if stride is None or tuple(int(s) for s in stride) == contiguous_strides(size):
-        return empty(size, dtype, index)
-    stride = tuple(int(s) for s in stride)
-    itemsize = torch.empty((), dtype=dtype).element_size() if dtype not in _ITEMSIZE else _ITEMSIZE[dtype]
-    numel = storage_bytes(size, stride, itemsize) // itemsize
-    base = private.create_empty_tensor((numel,), dtype)
-    t = private.meta_redispatch(torch.ops.aten.as_strided.default, base, size, stride, 0)
-    attach_block(t.untyped_storage(), numel * itemsize, index)
-    return t
-
-
-_ITEMSIZE = {dt: np.dtype(npt).itemsize for dt, npt in NUMPY_DTYPES.items()}
-
-
-def empty(size: Sequence[int], dtype: torch.dtype, index: int = 0) -> torch.Tensor:
-    """A contiguous ``npu`` tensor (uninitialised)."""
-    check_dtype(dtype)
-    t = private.create_empty_tensor(tuple(int(s) for s in size), dtype)
-    attach_block(t.untyped_storage(), t.numel() * t.element_size(), index)
-    return t
+    """An ``npu`` tensor with the given geometry (uninitialised bytes)."""
+    if stride is None:
+        return _C.empty(size, dtype, index)
+    return _C.empty_strided(size, stride, dtype, index)
 
 
 def has_block(t: torch.Tensor) -> bool:
-    return hasattr(t.untyped_storage(), _BLOCK_ATTR)
+    """Does ``t`` have device memory behind it (a real npu tensor, not a fake or meta one)?"""
+    return t.device.type == "npu" and t.untyped_storage().data_ptr() != 0 or t.numel() == 0
 
 
-def block_of(t: torch.Tensor) -> np.ndarray:
-    """The device block behind ``t`` (shared by all its views)."""
-    try:
-        return getattr(t.untyped_storage(), _BLOCK_ATTR).array
-    except AttributeError:
-        raise RuntimeError(
-            f"tensor on {t.device} has no simulated device memory attached"
-        ) from None
-
-
-def as_array(t: torch.Tensor) -> np.ndarray:
-    """A NumPy array that aliases ``t``'s device bytes with ``t``'s strides.
-
-    Kernels read and write device memory through these arrays; no copy is made.
-    """
-    block = getattr(t.untyped_storage(), _BLOCK_ATTR).array
-    itemsize = t.element_size()
-    return np.ndarray(
-        tuple(t.shape),
-        NUMPY_DTYPES[t.dtype],
-        buffer=block,
-        offset=t.storage_offset() * itemsize,
-        strides=tuple(s * itemsize for s in t.stride()),
-    )
-
-
-def flat_array(t: torch.Tensor) -> np.ndarray:
-    """The whole storage of ``t`` as a 1-D array of ``t``'s dtype (for strided kernels)."""
-    block = getattr(t.untyped_storage(), _BLOCK_ATTR).array
-    itemsize = t.element_size()
-    n = block.nbytes // itemsize
-    return np.ndarray((n,), NUMPY_DTYPES[t.dtype], buffer=block)
-
-
-def from_numpy(arr: np.ndarray, dtype: torch.dtype | None = None, index: int = 0) -> torch.Tensor:
-    """Copy a host NumPy array into a new contiguous ``npu`` tensor (counted as H2D)."""
-    from .memory import memory as _memory
-
-    src = np.ascontiguousarray(arr)
-    if dtype is None:
-        dtype = torch.from_numpy(src[:0].copy()).dtype if src.size else torch.from_numpy(src).dtype
-    out = empty(src.shape, dtype, index)
-    as_array(out)[...] = src
-    tr = _memory(index).counters.transfers
-    tr.host_to_device_bytes += out.numel() * out.element_size()
-    tr.host_to_device_copies += 1
+def from_numpy(arr: np.ndarray, dtype: torch.dtype | None = None, index: int = -1) -> torch.Tensor:
+    """Copy a host NumPy array into a new contiguous ``npu`` tensor (a counted host-to-device copy)."""
+    src = torch.from_numpy(np.ascontiguousarray(arr))
+    if dtype is not None:
+        src = src.to(dtype)
+    out = empty(src.shape, src.dtype, index)
+    out.copy_(src)
     return out

@@ -18,6 +18,7 @@ defined here so the notebooks can import them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import os
@@ -42,7 +43,7 @@ chapter("ch2", "TorchScript: trace, script, save, and what replaced it", [
     "Scripting keeps control flow as prim::If and prim::Loop nodes with nested blocks",
     "TorchScript is a statically typed subset of Python: annotate non-Tensor arguments, Optional, no try/**kwargs",
     "Trace what has no control flow and script what has; the two mix in one module",
-    "torch.jit.save writes code plus weights that load without the Python class; on the lab's npu, save from CPU",
+    "torch.jit.save writes code plus weights that load without the Python class, npu weights included",
     "TorchScript is deprecated: torch.export (torch.cond for branches) deploys, torch.compile speeds up",
 ])
 
@@ -406,8 +407,8 @@ def _script_loop(t: Tester, save_smoother) -> None:
         if loaded is None:
             t.expect(f"{desc}: torch.jit.load(path) gives a module", False, hidden=hidden,
                      expected="a TorchScript archive at `path`", got=problem,
-                     hint="torch.jit.save writes npu tensors as empty storages on this lab (its bytes live outside "
-                          "PyTorch's storage); save a CPU copy: scripted.cpu() or script a model already on CPU")
+                     hint="script the typed model (weights copied with load_state_dict) and torch.jit.save it to "
+                          "exactly the `path` you were given")
             continue
         kinds = kinds_of(loaded)
         t.expect(f"{desc}: the loop is in the saved graph (prim::Loop)", kinds.get("prim::Loop", 0) >= 1,
@@ -485,14 +486,15 @@ def _export_cond(t: Tester, export_screen) -> None:
                  else "specialised to the example's batch size",
                  hint="pass dynamic_shapes={'x': {0: torch.export.Dim('batch')}} to torch.export.export")
         with _silent():
-            cpu_run, npu_run = loaded.module(), loaded.module().to("npu")
+            # .module() shares the program's weights and .to() moves them in place (as on CUDA): copy first
+            cpu_run, npu_run = loaded.module(), copy.deepcopy(loaded.module()).to("npu")
         for b, branch, x, want in probes:
             which = "damping" if branch else "doubling"
             extra = f" (while saving: {note})" if note else ""
             t.case(f"{desc}: saved and loaded, batch of {b} taking the {which} branch, on cpu",
                    lambda x, m=cpu_run: m(x), x.cpu(), expected=want.cpu(), hidden=hidden, atol=1e-5,
-                   hint="export a CPU copy of the model: torch.export.save cannot read the lab's npu weights, "
-                        "whose bytes live outside PyTorch's storage" + extra)
+                   hint="the saved program must compute what the model computes on both branches: same weights, "
+                        "same formulas inside torch.cond" + extra)
             t.case(f"{desc}: saved, loaded, moved to npu, batch of {b}, {which} branch", lambda x, m=npu_run: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
                    hint="the loaded program's .module() is an nn.Module: .to('npu') moves its weights")

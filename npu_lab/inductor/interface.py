@@ -83,7 +83,7 @@ def _properties() -> SimpleNamespace:
     """The device's properties with the attribute names Inductor reads (CUDA's spelling)."""
     props = torch.npu.get_device_properties()
     return SimpleNamespace(
-        name=props.get("name", "npu"), total_memory=props.get("total_memory", 0),
+        name=props.name, total_memory=props.total_memory,
         multi_processor_count=os.cpu_count() or 1,  # the simulated chip runs on the host's cores
         max_threads_per_multi_processor=1, max_threads_per_block=1, warp_size=1, major=None,
         regs_per_multiprocessor=None,

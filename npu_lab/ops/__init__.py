@@ -18,6 +18,5 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     random,
     reductions,
     shape,
-    views,
 )
 from .registry import CLAIMED, claimed_ops  # noqa: F401

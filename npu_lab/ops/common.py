@@ -12,11 +12,9 @@ from ..device import clock
 from ..device.tensors import (
     NUMPY_DTYPES,
     as_array,
-    contiguous_strides,
     empty,
     empty_strided,
     flat_array,
-    storage_bytes,
 )
 from ..kernels.elementwise import ElementwiseKernel, Operand
 
@@ -58,14 +56,26 @@ def check_same_device(op: str, *tensors: object) -> None:
 
     Zero-dimensional CPU tensors are allowed: PyTorch treats them as scalars.
     """
+    first = None
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.device.type != "npu":
-            if t.device.type == "cpu" and t.dim() == 0:
-                continue
-            raise RuntimeError(
-                "Expected all tensors to be on the same device, but found at least two "
-                f"devices, npu:0 and {t.device}! (when checking argument for {op})"
-            )
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.device.type == "npu":
+            if first is None:
+                first = t.device
+            elif t.device != first:
+                raise RuntimeError(
+                    "Expected all tensors to be on the same device, but found at least two "
+                    f"devices, {first} and {t.device}! (when checking argument for {op})"
+                )
+            continue
+        if t.device.type == "cpu" and t.dim() == 0:
+            continue
+        raise RuntimeError(
+            "Expected all tensors to be on the same device, but found at least two "
+            f"devices, {first or 'npu:' + str(torch.npu.current_device())} and {t.device}! "
+            f"(when checking argument for {op})"
+        )
 
 
 def is_scalar_like(x: object) -> bool:
@@ -102,25 +112,13 @@ def dense_strides_like(t: torch.Tensor) -> tuple[int, ...] | None:
 
 
 def resize_out(out: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
-    """Resize an ``out=`` tensor the way ATen does (reallocating only if it must).
+    """Resize an ``out=`` tensor the way ATen does (the runtime's ``resize_``: reallocating only if it must).
 
     The old contents are kept where they overlap, as ``resize_`` promises.
     """
     shape = tuple(int(s) for s in shape)
-    if tuple(out.shape) == shape:
-        return out
-    strides = contiguous_strides(shape)
-    itemsize = out.element_size()
-    need = storage_bytes(shape, strides, itemsize, out.storage_offset())
-    fresh = empty_strided((need // itemsize,) if need else (0,), None, out.dtype)
-    old = out.untyped_storage()._npu_mem.array
-    new = fresh.untyped_storage()._npu_mem.array
-    n = min(old.nbytes, new.nbytes)
-    new[:n] = old[:n]
-    private.meta_redispatch(
-        torch.ops.aten.set_.source_Storage_storage_offset,
-        out, fresh.untyped_storage(), out.storage_offset(), shape, strides,
-    )
+    if tuple(out.shape) != shape:
+        out.resize_(shape)
     return out
 
 

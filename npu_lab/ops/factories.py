@@ -1,21 +1,15 @@
-"""Allocation and filling: empty, empty_strided, fill_, zero_, resize_, item()."""
+"""Filling: fill_, zero_, arange and autograd's zero tensors (allocation and resize_ are the native runtime's)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from .. import _torch_private as private
-from ..device import clock
-from ..device.memory import memory
-from ..device.tensors import check_dtype, contiguous_strides
+from ..device.tensors import check_dtype
 from ..kernels import elementwise
 from .common import (
     NUMPY_DTYPES,
     as_array,
     empty,
-    empty_strided,
     nbytes,
     resize_out,
     run_elementwise,
@@ -24,41 +18,8 @@ from .common import (
 from .registry import register
 
 
-def _device_index(device: torch.device | str | None) -> int:
-    if device is None:
-        return 0
-    d = torch.device(device)
-    index = d.index or 0
-    if index != 0:
-        raise RuntimeError(
-            f"Invalid device npu:{index}: the simulated NPU has 1 device (npu:0)"
-        )
-    return index
-
-
-def _channels_last_strides(size: Sequence[int]) -> tuple[int, ...]:
-    n, c, h, w = size
-    return (h * w * c, 1, w * c, c)
-
-
-@register("empty.memory_format")
-def empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None,
-                        memory_format=None) -> torch.Tensor:
-    dtype = dtype or torch.get_default_dtype()
-    _device_index(device)
-    if memory_format == torch.channels_last and len(size) == 4:
-        return empty_strided(size, _channels_last_strides(size), dtype)
-    return empty(size, dtype)
-
-
-@register("empty_strided")
-def empty_strided_(size, stride, *, dtype=None, layout=None, device=None, pin_memory=None) -> torch.Tensor:
-    dtype = dtype or torch.get_default_dtype()
-    _device_index(device)
-    return empty_strided(size, stride, dtype)
-
-
 def fill_value(t: torch.Tensor, value: object) -> torch.Tensor:
+    check_dtype(t.dtype)
     value = to_scalar(value)
     if t.dtype == torch.bool:
         value = bool(value)
@@ -89,41 +50,7 @@ def zero_(self: torch.Tensor) -> torch.Tensor:
     return fill_value(self, 0)
 
 
-@register("resize_")
-def resize_(self: torch.Tensor, size, *, memory_format=None) -> torch.Tensor:
-    resize_out(self, size)
-    if memory_format == torch.channels_last and len(size) == 4:
-        private.meta_redispatch(
-            torch.ops.aten.as_strided_.default, self, size, _channels_last_strides(size), 0
-        )
-    return self
-
-
-@register("set_.source_Storage_storage_offset")
-def set_storage(self, source, storage_offset, size, stride=()) -> torch.Tensor:
-    return private.meta_redispatch(
-        torch.ops.aten.set_.source_Storage_storage_offset, self, source, storage_offset, size,
-        stride or contiguous_strides(size),
-    )
-
-
-@register("set_.source_Tensor")
-def set_tensor(self, source: torch.Tensor) -> torch.Tensor:
-    return private.meta_redispatch(torch.ops.aten.set_.source_Tensor, self, source)
-
-
-@register("_local_scalar_dense")
-def local_scalar_dense(self: torch.Tensor):
-    """``tensor.item()``: a synchronising device-to-host read of one element."""
-    value = as_array(self).item()
-    tr = memory(0).counters.transfers
-    tr.device_to_host_bytes += nbytes(self)
-    tr.device_to_host_copies += 1
-    clock.copy("memcpy DtoH (item)", nbytes(self))
-    return value
-
-
-__all__ = ["check_dtype", "empty_memory_format", "fill_value"]
+__all__ = ["fill_value"]
 
 
 @register("arange.start_out")

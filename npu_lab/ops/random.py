@@ -11,14 +11,6 @@ from .common import as_array, empty, launch, nbytes
 from .registry import register
 
 
-def _check_generator(gen) -> None:
-    if gen is not None:
-        raise RuntimeError(
-            "npu random operators use the device's default generator; pass generator=None "
-            "and seed with torch.npu.manual_seed()"
-        )
-
-
 def _fill_contiguous(t: torch.Tensor, fill) -> torch.Tensor:
     """Run ``fill(flat_array)`` on t, through a contiguous temporary if t is strided."""
     if t.is_contiguous():
@@ -38,9 +30,8 @@ def _check_float(t: torch.Tensor, op: str) -> None:
 
 @register("uniform_")
 def uniform_(self, from_=0.0, to=1.0, *, generator=None):
-    _check_generator(generator)
     _check_float(self, "check_uniform_bounds")
-    g = device_generator(0)
+    g = device_generator(-1, generator)
     kern = rk.uniform53 if self.dtype == torch.float64 else rk.uniform
 
     def fill(a):
@@ -51,11 +42,10 @@ def uniform_(self, from_=0.0, to=1.0, *, generator=None):
 
 @register("normal_")
 def normal_(self, mean=0.0, std=1.0, *, generator=None):
-    _check_generator(generator)
     _check_float(self, "normal_kernel_cpu")
     if std < 0:
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
-    g = device_generator(0)
+    g = device_generator(-1, generator)
 
     def fill(a):
         n = a.shape[0]
@@ -66,17 +56,15 @@ def normal_(self, mean=0.0, std=1.0, *, generator=None):
 
 @register("bernoulli_.float")
 def bernoulli_float(self, p=0.5, *, generator=None):
-    _check_generator(generator)
     if not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
-    g = device_generator(0)
+    g = device_generator(-1, generator)
     return _fill_contiguous(self, lambda a: rk.bernoulli_scalar(g.raw(a.shape[0]), a, float(p)))
 
 
 @register("bernoulli_.Tensor")
 def bernoulli_tensor_(self, p, *, generator=None):
-    _check_generator(generator)
-    g = device_generator(0)
+    g = device_generator(-1, generator)
     probs = np.ascontiguousarray(np.broadcast_to(as_array(p), self.shape)).reshape(-1)
     return _fill_contiguous(self, lambda a: rk.bernoulli_tensor(g.raw(a.shape[0]), a, probs))
 
@@ -89,12 +77,11 @@ def bernoulli(self, *, generator=None):
 
 @register("random_.from")
 def random_from(self, from_, to=None, *, generator=None):
-    _check_generator(generator)
     if to is None:
         to = 2**63 - 1 if not self.is_floating_point() else 2**24
     if to <= from_:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={from_} >= to={to}")
-    g = device_generator(0)
+    g = device_generator(-1, generator)
     span = int(to - from_)
     return _fill_contiguous(self, lambda a: rk.random_range(g.raw(a.shape[0]), a, int(from_), span))
 
@@ -114,11 +101,10 @@ def random_(self, *, generator=None):
 
 @register("randperm.generator_out")
 def randperm_out(n, *, generator=None, out):
-    _check_generator(generator)
     from .common import resize_out
 
     resize_out(out, (n,))
-    g = device_generator(0)
+    g = device_generator(-1, generator)
     tmp = np.empty(n, dtype=np.int64)
     rk.randperm(g.raw(n), tmp)
     as_array(out)[...] = tmp
@@ -137,7 +123,7 @@ def native_dropout(input, p, train):
         mask.zero_()
         return out, mask
     x = as_array(input.contiguous()).reshape(-1)
-    g = device_generator(0)
+    g = device_generator()
     scale = input.new_tensor(1.0 / (1.0 - p), device="cpu").item()
     rk.dropout(g.raw(x.shape[0]), x, as_array(out).reshape(-1), as_array(mask).reshape(-1),
                float(p), x.dtype.type(scale))

@@ -9,7 +9,7 @@ Three sources feed one :class:`Profile`:
 * the device clock (:mod:`npu_lab.device.clock`) reports every kernel launch
   and host<->device copy with its FLOPs, bytes and *simulated* start/end on
   its stream; each is attributed to the operator that was running;
-* the allocator and the CPU fallback report allocations, frees and fallbacks.
+* the native allocator and the CPU fallback report allocations, frees and fallbacks.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._pytree import tree_flatten
 
-from ..device import clock, fallback
-from ..device.memory import memory
+from ..device import clock, fallback, native
+
+_C = native.load()
 
 
 @dataclass
@@ -105,9 +106,9 @@ class _Recorder:
         if top is not None:
             top.kernels.append(len(self.prof.kernels) - 1)
 
-    def on_memory(self, kind: str, index: int, nbytes: int) -> None:
-        self.prof.memory.append(MemoryEvent(kind, nbytes, memory(index).counters.allocated,
-                                            clock.clock(index).now(clock.current_stream_id(index)),
+    def on_memory(self, kind: str, index: int, nbytes: int, allocated_after: int) -> None:
+        self.prof.memory.append(MemoryEvent(kind, nbytes, allocated_after,
+                                            _C.stream_time(index, _C.current_stream(index)),
                                             time.perf_counter() - self.prof._t0))
 
     def on_fallback(self, name: str) -> None:
@@ -143,7 +144,7 @@ def start(prof) -> _Recorder:
         raise RuntimeError("an npu_lab.profile() is already recording")
     rec = _Recorder(prof)
     clock.listeners.append(rec.on_kernel)
-    memory(0)._listeners.append(rec.on_memory)
+    _C.set_memory_listener(rec.on_memory)
     fallback.listeners.append(rec.on_fallback)
     _patch_ranges(rec)
     hooks.recorder = rec
@@ -156,5 +157,5 @@ def stop(rec: _Recorder) -> None:
     hooks.recorder = None
     _patch_ranges(None)
     clock.listeners.remove(rec.on_kernel)
-    memory(0)._listeners.remove(rec.on_memory)
+    _C.set_memory_listener(None)
     fallback.listeners.remove(rec.on_fallback)

@@ -47,8 +47,8 @@ WRONG: dict[str, list[str]] = {
         "    return torch.jit.trace(model, (example * 30,), check_trace=False)",
     ],
     "ch2.script_loop": [
-        # scripted and saved straight from npu: the archive's storages are empty on this lab
-        "def save_smoother(model, path):\n    typed = TypedSmoother(model.mix.in_features // 2).to('npu')\n"
+        # scripted with the weights loaded into a model of the wrong width: load_state_dict refuses
+        "def save_smoother(model, path):\n    typed = TypedSmoother(model.mix.in_features).to('npu')\n"
         "    typed.load_state_dict(model.state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
         # traced on a CPU copy: the loop is unrolled for the example's length
         "def save_smoother(model, path):\n    cpu = copy.deepcopy(model).cpu()\n"
@@ -65,8 +65,13 @@ WRONG: dict[str, list[str]] = {
         # torch.cond, but the batch size is specialised to the example's
         "def export_screen(model, example):\n    cpu = ScreenCond(copy.deepcopy(model).cpu()).eval()\n"
         "    return torch.export.export(cpu, (example.cpu(),))",
-        # torch.cond and a dynamic batch, but exported on npu: the saved weights are not the model's
-        "def export_screen(model, example):\n    m = ScreenCond(copy.deepcopy(model)).eval()\n"
+        # torch.cond and a dynamic batch, but the damping branch lost its +1 (wrong on that branch)
+        "class Wrong(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"
+        "        self.backbone, self.head, self.threshold = model.backbone, model.head, model.threshold\n"
+        "    def forward(self, x):\n        h = self.backbone(x)\n"
+        "        h = torch.cond(h.abs().mean() > self.threshold, lambda h: h / h.abs().sum(dim=-1, keepdim=True),\n"
+        "                       lambda h: h * 2, (h,))\n        return self.head(h)\n"
+        "def export_screen(model, example):\n    m = Wrong(copy.deepcopy(model)).eval()\n"
         "    return torch.export.export(m, (example,), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
         # torch.where: right values, but both sides are computed and there is no cond in the graph
         "class Where(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"

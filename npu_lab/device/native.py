@@ -1,0 +1,136 @@
+"""Build and load the NPU's native runtime, ``npu_lab._C``, from the C++ in ``npu_lab/csrc``.
+
+The runtime is compiled on this machine by ``torch.utils.cpp_extension`` against
+the installed PyTorch, the first time ``npu_lab`` is imported (or by
+``python -m npu_lab build``, which the set-up scripts run). The build lives in
+the lab's cache (``~/.cache/npu_lab/native``, or ``$NPU_LAB_CACHE_DIR``), keyed
+by the PyTorch and Python versions; a hash of the sources decides whether it is
+up to date, so an edit to any file in ``csrc/`` rebuilds what changed (ninja
+recompiles only the files that need it) and an unchanged tree loads in
+milliseconds.
+
+Loading the library is what registers the device with PyTorch: its static
+initialisers register the allocator, the device guard, the PrivateUse1 hooks,
+the generator, the C++ kernels, autocast and the profiler plugin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+NAME = "npu_lab_C"
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+#: Compiler flags of the runtime (also part of the build's hash).
+CFLAGS = ["-O2", "-DUSE_KINETO", "-Wno-unused-parameter"]
+
+_module: ModuleType | None = None
+
+
+class BuildError(ImportError):
+    """The native runtime could not be built (the message says what to install or fix)."""
+
+
+def sources() -> list[Path]:
+    """The C++ translation units of the runtime, in a stable order."""
+    return sorted(CSRC.rglob("*.cpp"))
+
+
+def source_hash() -> str:
+    """A hash of every source and header, the compiler flags and the PyTorch version."""
+    h = hashlib.sha1()
+    h.update(torch.__version__.encode())
+    h.update(" ".join(CFLAGS).encode())
+    for path in sorted([*CSRC.rglob("*.cpp"), *CSRC.rglob("*.h")]):
+        h.update(str(path.relative_to(CSRC)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def build_directory() -> Path:
+    """Where the runtime is built and cached."""
+    root = os.environ.get("NPU_LAB_CACHE_DIR") or os.path.join(Path.home(), ".cache", "npu_lab")
+    tag = f"torch{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
+    return Path(root) / "native" / tag
+
+
+def compiler() -> str | None:
+    """The C++ compiler PyTorch's extension builder will use, if it exists."""
+    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+
+
+def library_path() -> Path:
+    return build_directory() / f"{NAME}.so"
+
+
+def is_built() -> bool:
+    """Is a build of the current sources in the cache?"""
+    stamp = build_directory() / f"{NAME}.sha1"
+    return library_path().exists() and stamp.exists() and stamp.read_text().strip() == source_hash()
+
+
+def _import(path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(NAME, str(path))
+    spec = importlib.util.spec_from_file_location(NAME, str(path), loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules[NAME] = module
+    return module
+
+
+def build(verbose: bool = False) -> Path:
+    """Compile the runtime if its sources changed (ninja rebuilds only what it must). Returns the library."""
+    if compiler() is None:
+        raise BuildError(
+            "npu_lab builds its native NPU runtime from C++ and needs a C++ compiler: "
+            "install g++ (Debian/Ubuntu: sudo apt-get install g++), then import npu_lab again."
+        )
+    import numpy
+    from torch.utils import cpp_extension
+
+    directory = build_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = source_hash()
+    if not verbose:
+        print("npu-lab: building the native NPU runtime (first use or changed sources; about a minute)...",
+              file=sys.stderr, flush=True)
+    include = Path(torch.__file__).parent / "include"
+    try:
+        cpp_extension.load(
+            name=NAME,
+            sources=[str(p) for p in sources()],
+            extra_cflags=CFLAGS,
+            extra_include_paths=[str(CSRC), numpy.get_include(), str(include / "kineto"),
+                                 sysconfig.get_paths()["include"]],
+            build_directory=str(directory),
+            verbose=verbose,
+            is_python_module=False,
+        )
+    except (RuntimeError, OSError, ImportError) as exc:
+        raise BuildError(f"building npu_lab's native runtime failed: {exc}") from exc
+    (directory / f"{NAME}.sha1").write_text(digest)
+    return library_path()
+
+
+def load() -> ModuleType:
+    """The loaded runtime module (building it first if needed)."""
+    global _module
+    if _module is not None:
+        return _module
+    if NAME in sys.modules:
+        _module = sys.modules[NAME]
+        return _module
+    if not is_built():
+        build()
+    _module = _import(library_path())
+    return _module

@@ -1,0 +1,122 @@
+"""Half precision on the NPU: float16 and bfloat16 operators computed in float32.
+
+numba has no 16-bit float arithmetic (and NumPy no bfloat16 at all), so the
+NPU's kernels compute in float32. PyTorch's own CPU kernels do the same for
+reduced precision ("opmath": load, compute in float32, round the result on
+store), so a half-precision operator on npu gives what it gives on the CPU:
+
+1. float16/bfloat16 tensor arguments are converted to float32 on the device
+   (a counted device kernel, as a chip without half units would run);
+2. the float32 kernel runs;
+3. in-place and ``out=`` arguments get the rounded result written back, and
+   floating results are rounded to the reduced type, unless PyTorch's type
+   promotion says they are float32 (an input was float32, a ``dtype=`` was
+   given, ``half_to_float=True``...).
+
+Every kernel registered through :func:`npu_lab.ops.registry.register` gets
+this behaviour; ``autocast("npu")`` relies on it for its float16/bfloat16 products.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+#: The reduced-precision floating types computed in float32.
+LOW = (torch.float16, torch.bfloat16)
+
+
+def _schema(qualified: str) -> Any:
+    ns, name = qualified.split("::")
+    op, _, overload = name.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), op), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def low_dtype(args: tuple, kwargs: dict) -> torch.dtype | None:
+    """The first float16/bfloat16 among the tensor arguments (lists included), or None."""
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, torch.Tensor):
+            if a.dtype in LOW:
+                return a.dtype
+        elif type(a) in (list, tuple):
+            for t in a:
+                if isinstance(t, torch.Tensor) and t.dtype in LOW:
+                    return t.dtype
+    return None
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    out = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif type(v) in (list, tuple):
+            out.extend(t for t in v if isinstance(t, torch.Tensor))
+    return out
+
+
+def _up(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.float() if x.dtype in LOW else x
+    if type(x) in (list, tuple) and any(isinstance(t, torch.Tensor) and t.dtype in LOW for t in x):
+        return type(x)(_up(t) for t in x)
+    return x
+
+
+def in_float32(qualified: str, fn: Callable) -> Callable:
+    """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
+    schema = _schema(qualified)
+    written = []  # (position, name) of the arguments the operator writes
+    explicit_dtype = False
+    if schema is not None:
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is not None and arg.alias_info.is_write:
+                written.append((i, arg.name))
+            if arg.name in ("dtype", "half_to_float"):
+                explicit_dtype = True
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        low = low_dtype(args, kwargs)
+        if low is None:
+            return fn(*args, **kwargs)
+        floating = {t.dtype for t in _tensors((*args, *kwargs.values()))
+                    if t.is_floating_point() and not (t.device.type == "cpu" and t.dim() == 0)}
+        up_args = tuple(_up(a) for a in args)
+        up_kwargs = {k: _up(v) for k, v in kwargs.items()}
+        result = fn(*up_args, **up_kwargs)
+        mutated: dict[int, torch.Tensor] = {}
+        for i, name in written:
+            orig, new = (args[i], up_args[i]) if i < len(args) else (kwargs.get(name), up_kwargs.get(name))
+            if isinstance(orig, torch.Tensor) and new is not orig:
+                if orig.shape != new.shape:
+                    orig.resize_(new.shape)
+                orig.copy_(new)
+                mutated[id(new)] = orig
+        dtype_given = explicit_dtype and (
+            kwargs.get("dtype") is not None or kwargs.get("half_to_float") is True
+            or any(isinstance(a, torch.dtype) for a in args)
+            or (schema is not None and any(
+                a.name == "half_to_float" and i < len(args) and args[i] is True
+                for i, a in enumerate(schema.arguments))))
+        downcast = floating == {low} and not dtype_given
+
+        def back(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                if id(x) in mutated:
+                    return mutated[id(x)]
+                if downcast and x.dtype == torch.float32:
+                    return x.to(low)
+                return x
+            if type(x) in (list, tuple):
+                return type(x)(back(t) for t in x)
+            return x
+
+        return back(result)
+
+    return functools.wraps(fn)(kernel)  # profilers and the dispatch inspector name the kernel, not this wrapper
