@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..device import native
+from ..device.clock import launch
 from ..kernels import elementwise
 from .common import (
     NUMPY_DTYPES,
@@ -28,6 +30,11 @@ from .copy import device_copy
 from .registry import register
 
 _float_default = torch.get_default_dtype
+_C = native.load()
+_empty, _flat_view = _C.empty, _C.flat_view
+_Tensor = torch.Tensor
+#: (name, template, dtype, number of inputs, bool_result) -> (kernel, result dtype) for the fast path.
+_FAST: dict[tuple, tuple[elementwise.ElementwiseKernel, torch.dtype]] = {}
 
 
 def _is_tensor_operand(x: object) -> bool:
@@ -72,6 +79,10 @@ def pointwise(
         bool_result: the result is ``torch.bool`` (comparisons, logical ops).
         compute_dtype: force the dtype the expression computes in.
     """
+    if out is None and not named and compute_dtype is None:
+        res = _fast(name, template, args, to_float, bool_result, flops)
+        if res is not None:
+            return res
     check_same_device(f"aten::{name}", *args)
     if out is not None:
         check_same_device(f"aten::{name}", out)
@@ -130,6 +141,43 @@ def pointwise(
         expr = f"({expr}) != 0"
     kernel = elementwise.kernel(name, len(tensors), expr, tuple(scalar_names))
     run_elementwise(kernel, [out], tensors, scalar_values, flops_per_element=flops)
+    return out
+
+
+def _fast(name: str, template: str, args: Sequence[object], to_float: bool, bool_result: bool,
+          flops: float) -> torch.Tensor | None:
+    """The common case at a fraction of the cost: npu tensors of one dtype, shape and device, all contiguous.
+
+    Nothing to promote, broadcast or cast, so the kernel runs on 1-D views of the
+    operands; None sends every other case down the general path.
+    """
+    a0 = args[0]
+    if type(a0) is not _Tensor:
+        return None
+    dtype, shape, dev = a0.dtype, a0.shape, a0.get_device()
+    if dev < 0 or not a0.is_contiguous():
+        return None
+    for a in args[1:]:
+        if type(a) is not _Tensor or a.dtype != dtype or a.shape != shape or a.get_device() != dev \
+                or not a.is_contiguous():
+            return None
+    n = a0.numel()
+    if n == 0:
+        return None
+    key = (name, template, dtype, len(args), bool_result)
+    entry = _FAST.get(key)
+    if entry is None:
+        if to_float and not (dtype.is_floating_point or dtype.is_complex) or dtype not in NUMPY_DTYPES:
+            return None
+        expr = template.format(*[f"x{k}" for k in range(len(args))])
+        if dtype == torch.bool and not bool_result:
+            expr = f"({expr}) != 0"  # as the general path: a bool result of arithmetic is "non-zero"
+        entry = _FAST[key] = (elementwise.kernel(name, len(args), expr, ()), torch.bool if bool_result else dtype)
+    kernel, result_dtype = entry
+    out = _empty(shape, result_dtype, dev)
+    kernel.run_flat((_flat_view(out),), [_flat_view(a) for a in args], ())
+    itemsize = a0.element_size()
+    launch(kernel.name, flops * n, len(args) * n * itemsize, n * out.element_size(), dev)
     return out
 
 

@@ -125,6 +125,27 @@ PyObject* as_array(PyObject* /*self*/, PyObject* obj) {
                     static_cast<size_t>(t->storage_offset() * itemsize));
 }
 
+// flat_view(t): a contiguous t's elements as a 1-D ndarray (its numel elements, from its offset).
+PyObject* flat_view(PyObject* /*self*/, PyObject* obj) {
+  py::detail::make_caster<at::Tensor> caster;
+  const at::Tensor* t = unpack(obj, caster);
+  if (t == nullptr) {
+    return nullptr;
+  }
+  int type = checked_type(*t);
+  if (type < 0) {
+    return nullptr;
+  }
+  if (!t->is_contiguous()) {
+    PyErr_SetString(PyExc_ValueError, "flat_view needs a contiguous tensor");
+    return nullptr;
+  }
+  const auto itemsize = static_cast<npy_intp>(t->element_size());
+  npy_intp dims[1] = {static_cast<npy_intp>(t->numel())};
+  npy_intp strides[1] = {itemsize};
+  return array_over(t->storage(), type, 1, dims, strides, static_cast<size_t>(t->storage_offset() * itemsize));
+}
+
 // flat_array(t): the whole storage of t as a 1-D ndarray of t's dtype (strided kernels index into it).
 PyObject* flat_array(PyObject* /*self*/, PyObject* obj) {
   py::detail::make_caster<at::Tensor> caster;
@@ -157,6 +178,7 @@ PyObject* block(PyObject* /*self*/, PyObject* obj) {
 PyMethodDef bridge_methods[] = {
     {"as_array", as_array, METH_O, "as_array(t): an ndarray aliasing t's device memory, with t's shape and strides"},
     {"flat_array", flat_array, METH_O, "flat_array(t): t's whole storage as a 1-D ndarray of t's dtype"},
+    {"flat_view", flat_view, METH_O, "flat_view(t): a contiguous t's elements as a 1-D ndarray"},
     {"block", block, METH_O, "block(t): t's storage as a uint8 ndarray"},
     {nullptr, nullptr, 0, nullptr}};
 
