@@ -13,21 +13,33 @@ you would use ``cuda``::
 
 from __future__ import annotations
 
+import sys as _sys
+
+from .device import native as _native
 from .device import registration as _registration
 
-_registration.register()
+#: Why the native runtime could not be built, when ``python -m npu_lab doctor`` runs anyway.
+build_error: _native.BuildError | None = None
+try:
+    _registration.register()
+except _native.BuildError as _exc:
+    # ``python -m npu_lab doctor`` imports this package first: let it run and report the problem.
+    if _sys.argv[:1] != ["-m"]:
+        raise
+    build_error = _exc
 
-from . import _torch_private  # noqa: E402
+if build_error is None:  # else only the doctor runs: everything below needs the device
+    from . import _torch_private
 
-_torch_private.keep_dynamo_out_of_the_runtime()
+    _torch_private.keep_dynamo_out_of_the_runtime()
 
-from .device.clock import CostModel, cost_model  # noqa: E402
-from .device.fallback import cpu_fallback_enabled, set_cpu_fallback  # noqa: E402
-from .device.fallback import report as fallback_report  # noqa: E402
-from .device.memory import set_capacity as _set_capacity  # noqa: E402
-from .grading import check, checklist, progress  # noqa: E402
-from .ops.registry import claimed_ops  # noqa: E402
-from .profiler import coverage, profile  # noqa: E402
+    from .device.clock import CostModel, cost_model
+    from .device.fallback import cpu_fallback_enabled, set_cpu_fallback
+    from .device.fallback import report as fallback_report
+    from .device.memory import set_capacity as _set_capacity
+    from .grading import check, checklist, progress
+    from .ops.registry import claimed_ops
+    from .profiler import coverage, profile
 
 __version__ = "0.1.0"
 

@@ -98,10 +98,30 @@ def _numba() -> Finding:
     return Finding("numba", OK, detail)
 
 
+def _native_runtime() -> Finding:
+    """The device runtime is C++ built on this machine by torch.utils.cpp_extension."""
+    import npu_lab
+    from npu_lab.device import native
+
+    fix = "sudo apt-get install g++ (the npu device's runtime is C++ compiled on this machine)"
+    if native.compiler() is None:
+        return Finding("native runtime", FAIL, f"no C++ compiler ({os.environ.get('CXX') or 'c++'} not found)", fix)
+    if npu_lab.build_error is not None:
+        return Finding("native runtime", FAIL, str(npu_lab.build_error).splitlines()[0][:300],
+                       "fix the problem above, then: python -m npu_lab build")
+    state = "built" if native.is_built() else "not built for the current sources"
+    return Finding("native runtime", OK if native.is_built() else WARN,
+                   f"{state}: {native.library_path()} (compiler {native.compiler()})",
+                   "python -m npu_lab build")
+
+
 def _device() -> Finding:
     import torch
 
-    import npu_lab  # noqa: F401
+    import npu_lab
+
+    if npu_lab.build_error is not None:
+        return Finding("npu device", FAIL, "not registered: the native runtime did not build", "see above")
 
     try:
         x = torch.arange(4.0, device="npu")
@@ -126,20 +146,20 @@ def _renderer() -> Finding:
 
 
 def _cpp_compiler() -> Finding:
-    """Inductor on the CPU (chapters 0, 1 and 8) compiles C++: it needs a compiler and Python's headers."""
+    """The npu runtime and Inductor on the CPU (chapters 0, 1 and 8) compile C++: a compiler and Python's headers."""
     import shutil
     import sysconfig
 
-    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["g++", "clang++", "c++"]
+    names = [os.environ["CXX"]] if os.environ.get("CXX") else ["c++", "g++", "clang++"]
     found = next((shutil.which(n) for n in names if shutil.which(n)), None)
-    fix = "sudo apt-get install g++ python3-dev  (Inductor's CPU backend compiles C++ kernels)"
+    fix = "sudo apt-get install g++ python3-dev  (the npu runtime and Inductor's CPU backend are compiled C++)"
     if found is None:
-        return Finding("C++ compiler", WARN, f"none of {', '.join(names)} on PATH: torch.compile's default "
-                       "backend (Inductor) cannot run on the CPU; the npu backend still works", fix)
+        return Finding("C++ compiler", FAIL, f"none of {', '.join(names)} on PATH: the npu device's runtime "
+                       "cannot be built, and torch.compile's default backend (Inductor) cannot run on the CPU", fix)
     header = os.path.join(sysconfig.get_paths()["include"], "Python.h")
     if not os.path.exists(header):
-        return Finding("C++ compiler", WARN, f"{found}, but no {header}", fix)
-    return Finding("C++ compiler", OK, f"{found} (for Inductor on the CPU)")
+        return Finding("C++ compiler", FAIL, f"{found}, but no {header}", fix)
+    return Finding("C++ compiler", OK, f"{found} (builds the npu runtime; Inductor on the CPU)")
 
 
 def _package(dist: str, module: str, purpose: str, level: str = WARN) -> Callable[[], Finding]:
@@ -174,7 +194,7 @@ def _progress_home() -> Finding:
 
 
 CHECKS: list[Callable[[], Finding]] = [
-    _python, _torch, _numba, _device, _renderer, _cpp_compiler,
+    _python, _torch, _numba, _native_runtime, _device, _renderer, _cpp_compiler,
     _package("jupyterlab", "jupyterlab", "opens the chapters"),
     _package("ipywidgets", "ipywidgets", "the interactive explorers"),
     _package("jupyterlab_widgets", "jupyterlab_widgets", "shows ipywidgets in JupyterLab"),

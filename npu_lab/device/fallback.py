@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map
 
 _enabled = os.environ.get("PYTORCH_ENABLE_NPU_FALLBACK", "0") not in ("", "0", "false", "False")
 #: operator name -> number of times it fell back to the CPU.
@@ -63,10 +63,14 @@ def _to_cpu(x: object) -> object:
     return x
 
 
-def _to_npu(x: object) -> object:
-    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-        return x.to("npu")
-    return x
+def _npu_device(values: object) -> torch.device:
+    """The device of the first npu tensor (or ``device=`` argument) among the arguments, else the current one."""
+    for x in tree_flatten(values)[0]:
+        if isinstance(x, torch.Tensor) and x.device.type == "npu":
+            return x.device
+        if isinstance(x, torch.device) and x.type == "npu":
+            return x if x.index is not None else torch.device("npu", torch.npu.current_device())
+    return torch.device("npu", torch.npu.current_device())
 
 
 def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object) -> object:
@@ -84,6 +88,7 @@ def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object)
             UserWarning,
             stacklevel=3,
         )
+    device = _npu_device((args, kwargs))
     cpu_args = tree_map(_to_cpu, args)
     cpu_kwargs = tree_map(_to_cpu, kwargs)
     result = op(*cpu_args, **cpu_kwargs)
@@ -103,7 +108,9 @@ def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object)
     def back(x: object) -> object:
         if isinstance(x, torch.Tensor) and id(x) in mutated:
             return mutated[id(x)]
-        return _to_npu(x)
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+            return x.to(device)
+        return x
 
     return tree_map(back, result)
 

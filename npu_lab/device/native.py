@@ -64,8 +64,11 @@ def build_directory() -> Path:
 
 
 def compiler() -> str | None:
-    """The C++ compiler PyTorch's extension builder will use, if it exists."""
-    return shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+    """The C++ compiler PyTorch's extension builder will use (``$CXX``, else ``c++``), if it exists."""
+    cxx = os.environ.get("CXX")
+    if cxx:
+        return shutil.which(cxx)
+    return shutil.which("c++")
 
 
 def library_path() -> Path:
@@ -91,10 +94,15 @@ def _import(path: Path) -> ModuleType:
 def build(verbose: bool = False) -> Path:
     """Compile the runtime if its sources changed (ninja rebuilds only what it must). Returns the library."""
     if compiler() is None:
+        wanted = os.environ.get("CXX") or "c++"
         raise BuildError(
-            "npu_lab builds its native NPU runtime from C++ and needs a C++ compiler: "
+            f"npu_lab builds its native NPU runtime from C++ and found no C++ compiler ({wanted}): "
             "install g++ (Debian/Ubuntu: sudo apt-get install g++), then import npu_lab again."
         )
+    # ninja may come from pip (into this environment's bin/, which need not be on PATH)
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     import numpy
     from torch.utils import cpp_extension
 

@@ -23,6 +23,11 @@ int current_device() {
   return d;
 }
 
+// torch.Stream(device="npu") asks for a stream on "npu" without an index: the current device.
+c10::Device concrete(c10::Device d) {
+  return d.has_index() ? d : device_of(current_device());
+}
+
 struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   static constexpr c10::DeviceType static_type = kNpu;
 
@@ -57,16 +62,18 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStream(c10::Device d) const override {
+    d = concrete(d);
     npuStream_t s = 0;
     NPU_CHECK(npuGetCurrentStream(&s, d.index()));
     return c10::Stream(c10::Stream::UNSAFE, d, s);
   }
 
   c10::Stream getDefaultStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::DEFAULT, concrete(d));
   }
 
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    d = concrete(d);
     npuStream_t s = 0;
     NPU_CHECK(npuStreamCreate(&s, d.index()));
     return c10::Stream(c10::Stream::UNSAFE, d, s);
