@@ -142,3 +142,12 @@ def load() -> ModuleType:
         build()
     _module = _import(library_path())
     return _module
+
+
+def excerpt(relpath: str, start: str, lines: int = 12) -> str:
+    """``lines`` lines of ``npu_lab/csrc/<relpath>``, from the first line containing ``start`` (for the chapters)."""
+    text = (CSRC / relpath).read_text().splitlines()
+    first = next((i for i, line in enumerate(text) if start in line), None)
+    if first is None:
+        raise ValueError(f"{start!r} is not in csrc/{relpath}")
+    return f"// csrc/{relpath}, line {first + 1}\n" + "\n".join(text[first:first + lines])

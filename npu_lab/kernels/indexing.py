@@ -139,4 +139,5 @@ def triangle(x, out, diagonal, lower):
         for r in range(x.shape[1]):
             for c in range(x.shape[2]):
                 keep = (c - r <= diagonal) if lower else (c - r >= diagonal)
-                out[b, r, c] = x[b, r, c] if keep else x[b, r, c] * 0
+                # a plain zero: ``x * 0`` would be -0.0 for negative x and NaN for inf/NaN, the CPU writes 0
+                out[b, r, c] = x[b, r, c] if keep else 0

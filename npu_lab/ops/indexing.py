@@ -71,13 +71,22 @@ def _three(t: torch.Tensor, dim: int) -> np.ndarray:
     return as_array(t.contiguous()).reshape(outer, shape[dim], inner)
 
 
-def _index_array(index: torch.Tensor, size: int, what: str = "index") -> np.ndarray:
+def _index_array(index: torch.Tensor, size: int, error=None) -> np.ndarray:
+    """The index as a flat int64 array, every entry in ``[0, size)``.
+
+    Negative entries are out of range too: index_select, gather, scatter and index_add do not wrap
+    them (only advanced indexing does). ``error(value)`` makes the exception the CPU raises.
+    """
     idx = as_array(index.contiguous()).astype(np.int64).reshape(-1)
-    idx = np.where(idx < 0, idx + size, idx)
     bad = ik.check_bounds(idx, size)
     if bad >= 0:
-        raise IndexError("index out of range in self")
+        raise error(int(idx[bad])) if error is not None else IndexError("index out of range in self")
     return idx
+
+
+def _out_of_bounds(dim: int, size: int):
+    """gather/scatter's error for a bad index (the CPU's message and type)."""
+    return lambda v: RuntimeError(f"index {v} is out of bounds for dimension {dim} with size {size}")
 
 
 @register("index_select")
@@ -89,7 +98,13 @@ def index_select(self, dim, index):
         raise RuntimeError("index_select(): Expected dtype int32/int64 for index")
     dim = _dim(self, dim)
     size = self.shape[dim] if self.dim() else 1
-    idx = _index_array(index, size)
+
+    def error(v: int) -> Exception:
+        if self.dim() > 1 and dim == 1:  # the CPU's dim-1 fast path words (and types) it differently
+            return RuntimeError(f"INDICES element is out of DATA bounds, id={v} axis_dim={size}")
+        return IndexError("index out of range in self")
+
+    idx = _index_array(index, size, error)
     out_shape = list(self.shape)
     if self.dim():
         out_shape[dim] = idx.shape[0]
@@ -129,7 +144,7 @@ def gather(self, dim, index, *, sparse_grad=False):
     if index.numel():
         outer, n, inner = _gather_views(self, dim, index)
         size = self.shape[dim] if self.dim() else 1
-        idx = _index_array(index, size).reshape(outer, n, inner)
+        idx = _index_array(index, size, _out_of_bounds(dim, size)).reshape(outer, n, inner)
         # the input restricted to the index's extent in the other dimensions
         sl = tuple(slice(0, index.shape[d]) if d != dim else slice(None) for d in range(self.dim()))
         x = self[sl] if self.dim() else self.reshape(1)
@@ -165,11 +180,11 @@ def _scatter_into(dst: torch.Tensor, dim: int, index: torch.Tensor, src, accumul
     work = dst if dst.is_contiguous() else dst.contiguous()
     outer, n, inner = _gather_views(dst, dim, index)
     size = dst.shape[dim] if dst.dim() else 1
-    idx = _index_array(index, size).reshape(outer, n, inner)
+    idx = _index_array(index, size, _out_of_bounds(dim, size)).reshape(outer, n, inner)
     # dst restricted to the index's extent outside ``dim``: a strided view of the working copy
     sl = tuple(slice(0, index.shape[d]) if d != dim else slice(None) for d in range(dst.dim()))
-    d3 = as_array(work)[sl] if dst.dim() else as_array(work).reshape(1)
-    d3 = d3.reshape(outer, size, inner) if d3.flags.c_contiguous else _strided3(d3, dim, outer, size, inner)
+    view = as_array(work)[sl] if dst.dim() else as_array(work).reshape(1)
+    d3 = view.reshape(outer, size, inner) if view.flags.c_contiguous else _strided3(view, dim, outer, size, inner)
     if isinstance(src, torch.Tensor) and src.dim() > 0:
         s = src[tuple(slice(0, index.shape[d]) for d in range(src.dim()))] if src.shape != index.shape else src
         s3 = as_array(s.contiguous()).reshape(outer, n, inner).astype(d3.dtype)
@@ -181,6 +196,8 @@ def _scatter_into(dst: torch.Tensor, dim: int, index: torch.Tensor, src, accumul
             ik.scatter(d3, idx, np.full((outer, n, inner), value, dtype=d3.dtype), mode)
         else:
             ik.scatter_value(d3, idx, NUMPY_DTYPES[dst.dtype](value))
+    if not np.may_share_memory(d3, view):  # _strided3 had to copy: the result goes back into dst
+        view[...] = d3.reshape(view.shape)
     if work is not dst:
         device_copy(dst, work)
     launch("scatter_add" if mode == 1 else "scatter", index.numel(), nbytes(index), index.numel() * 4)

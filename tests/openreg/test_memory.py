@@ -6,6 +6,11 @@
 #   - test_empty_cache_operation: the original calls torch.cuda.empty_cache() when CUDA is available (a no-op
 #     here: the comment says OpenRegDeviceAllocator.emptyCache is a no-op and the test only checks it does not
 #     crash); the port calls the backend's own torch.npu.empty_cache(), which is what that test is about.
+#   - TestMemoryLeaks: iteration counts reduced so the file runs in seconds on 2 cores (a gc.collect() costs
+#     about 0.2 s in a pytest process, and the loops call it every 50 or 100 iterations):
+#     simple_allocations 1000 -> 200, varying_sizes 500 -> 100, with_copies 300 -> 100, with_views 500 -> 200,
+#     inplace_operations 500 -> 200, with_gradients 300 -> 100, repeated_large_allocations 50 -> 5 (50 MB each),
+#     leak_detection_with_statistics 10 -> 3 cycles of 100 allocations. Each is marked in the code.
 #   - no run_tests() call (collected by pytest).
 
 import gc
@@ -243,7 +248,7 @@ class TestMemoryLeaks(TestCase):
         time.sleep(0.1)
 
         # Perform many allocations and deallocations
-        iterations = 1000
+        iterations = 200  # 1000 in the original
         for i in range(iterations):
             x = torch.empty(1000, device="npu")
             del x
@@ -260,7 +265,7 @@ class TestMemoryLeaks(TestCase):
 
     def test_no_leak_varying_sizes(self):
         """Test that allocations of varying sizes don't leak."""
-        iterations = 500
+        iterations = 100  # 500 in the original
         sizes = [100, 500, 1000, 5000, 10000]
 
         for i in range(iterations):
@@ -276,7 +281,7 @@ class TestMemoryLeaks(TestCase):
 
     def test_no_leak_with_copies(self):
         """Test that tensor copies don't leak memory."""
-        iterations = 300
+        iterations = 100  # 300 in the original
 
         for i in range(iterations):
             # Create tensor
@@ -302,7 +307,7 @@ class TestMemoryLeaks(TestCase):
 
     def test_no_leak_with_views(self):
         """Test that tensor views don't leak memory."""
-        iterations = 500
+        iterations = 200  # 500 in the original
 
         for i in range(iterations):
             x = torch.randn(1000, device="npu")
@@ -323,7 +328,7 @@ class TestMemoryLeaks(TestCase):
 
     def test_no_leak_inplace_operations(self):
         """Test that inplace operations don't leak memory."""
-        iterations = 500
+        iterations = 200  # 500 in the original
 
         for i in range(iterations):
             x = torch.ones(1000, device="npu")
@@ -344,7 +349,7 @@ class TestMemoryLeaks(TestCase):
 
     def test_no_leak_with_gradients(self):
         """Test that tensors with gradients don't leak."""
-        iterations = 300
+        iterations = 100  # 300 in the original
 
         for i in range(iterations):
             x = torch.randn(100, device="npu", requires_grad=True)
@@ -366,7 +371,7 @@ class TestMemoryLeaks(TestCase):
         """Test repeated large allocations for memory leaks."""
         # Large tensor size (50MB)
         size = 50 * 1024 * 1024 // 4
-        iterations = 50
+        iterations = 5  # 50 in the original
 
         for _ in range(iterations):
             x = torch.empty(size, device="npu")
@@ -383,7 +388,7 @@ class TestMemoryLeaks(TestCase):
         # This test verifies that after many alloc/dealloc cycles,
         # the allocator properly frees memory
 
-        num_cycles = 10
+        num_cycles = 3  # 10 in the original
         allocations_per_cycle = 100
 
         for _ in range(num_cycles):
