@@ -129,15 +129,25 @@ class _AfterImport:
         return spec
 
 
-def keep_dynamo_out_of_the_runtime() -> None:
-    """Put the runtime packages on Dynamo's skip list, now or when Dynamo is first imported."""
+def after_import(module_name: str, callback: Any) -> None:
+    """Call ``callback(module)`` once ``module_name`` is imported: now if it is, else right after its import.
+
+    The lab configures parts of PyTorch (Dynamo) that take about a second to import, without
+    importing them itself.
+    """
     import sys
 
-    module = sys.modules.get("torch._dynamo.trace_rules")
+    module = sys.modules.get(module_name)
     if module is not None:
-        _skip_runtime_in_dynamo(module)
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport("torch._dynamo.trace_rules", _skip_runtime_in_dynamo))
+        callback(module)
+    elif not any(isinstance(f, _AfterImport) and f.name == module_name and f.callback is callback
+                 for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(module_name, callback))
+
+
+def keep_dynamo_out_of_the_runtime() -> None:
+    """Put the runtime packages on Dynamo's skip list, now or when Dynamo is first imported."""
+    after_import("torch._dynamo.trace_rules", _skip_runtime_in_dynamo)
 
 
 def real_tensors() -> Any:

@@ -18,7 +18,7 @@ def test_event_elapsed_time_follows_cost_model():
     cm = npu_lab.cost_model
     flops = 2 * 256**3
     nbytes = 3 * 256 * 256 * 4
-    expected_us = cm.kernel_us(flops, nbytes)
+    expected_us = cm.event_us + cm.kernel_us(flops, nbytes)  # recording `start` takes event_us of the stream
     assert ms == pytest.approx(expected_us / 1000, rel=1e-9)
 
 

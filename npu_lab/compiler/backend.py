@@ -118,21 +118,38 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: Sequence[object], ki
     return gm
 
 
-def _move_to_npu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Wrap a CPU graph: inputs copied to npu first, tensor outputs copied back."""
+def _outputs_to_cpu(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A CPU graph made to return its tensor outputs on the CPU (its inputs arrive on npu: :func:`_on_npu`)."""
     graph = gm.graph
     for node in list(graph.nodes):
-        if node.op == "placeholder":
-            with graph.inserting_after(node):
-                moved = graph.call_function(_to_npu, (node,))
-            node.replace_all_uses_with(moved, delete_user_cb=lambda u, m=moved: u is not m)
-        elif node.op == "output":
+        if node.op == "output":
             with graph.inserting_before(node):
                 outs = torch.fx.node.map_arg(node.args[0], lambda n: graph.call_function(_to_cpu, (n,)))
             node.args = (outs,)
     graph.lint()
     gm.recompile()
     return gm
+
+
+def _on_npu(compiled: Any) -> Any:
+    """``compiled`` called with npu copies of its CPU inputs; the inputs it mutates are written back.
+
+    The graph updates the copies (``x.add_(1)``, a BatchNorm's running statistics...), not the
+    caller's tensors: an input whose copy's version counter moved during the call gets the copy back.
+    The copies are made outside the graph, so autograd still reaches the CPU leaves through them.
+    """
+
+    def run(*args):
+        moved = [_to_npu(a) for a in args]
+        versions = [m._version if isinstance(m, torch.Tensor) else None for m in moved]
+        outs = compiled(*moved)
+        with torch.no_grad():
+            for a, m, v in zip(args, moved, versions):
+                if v is not None and m._version != v:
+                    a.copy_(m)
+        return outs
+
+    return run
 
 
 def _to_npu(x: object) -> object:
@@ -151,8 +168,14 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
     record = CompileRecord(gm.code, _copy_graph(gm), dict(options or {}))
     history.append(record)
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
-    if tensors and all(t.device.type == "cpu" for t in tensors):
-        gm = _move_to_npu(gm)
+    from_cpu = bool(tensors) and all(t.device.type == "cpu" for t in tensors)
+    if from_cpu:
+        # AOTAutograd traces the graph for npu inputs: Dynamo's fake inputs (whose symbolic sizes it
+        # knows the sources of) moved to npu; at run time the real inputs are (:func:`_on_npu`).
+        fakes = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+        example_inputs = [_to_npu(f) if isinstance(x, torch.Tensor) and isinstance(f, torch.Tensor) else x
+                          for x, f in zip(example_inputs, fakes)]
+        gm = _outputs_to_cpu(gm)
         record.moved_from_cpu = True
     if cfg.pattern_fusion:
         record.dynamo_changes += fuse_attention(gm)
@@ -166,7 +189,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
 
         return compiler
 
-    return aot_autograd(
+    compiled = aot_autograd(
         fw_compiler=make("forward"),
         bw_compiler=make("backward"),
         inference_compiler=make("inference"),
@@ -175,6 +198,7 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
         # ``copy_`` nodes, which pointwise fusion turns into kernels writing in place.
         keep_inference_input_mutations=True,
     )(gm, example_inputs)
+    return _on_npu(compiled) if from_cpu else compiled
 
 
 def _copy_graph(gm: torch.fx.GraphModule) -> torch.fx.Graph:

@@ -22,7 +22,7 @@ from . import native
 _C = native.load()
 
 _FIELDS = ("peak_gflops", "bandwidth_gbs", "launch_us", "link_gbs", "link_latency_us", "peer_gbs",
-           "peer_latency_us")
+           "peer_latency_us", "event_us")
 
 
 class _Roofline:
@@ -35,6 +35,7 @@ class _Roofline:
     link_latency_us: float
     peer_gbs: float
     peer_latency_us: float
+    event_us: float
 
     def kernel_us(self, flops: float, nbytes: float) -> float:
         """Simulated microseconds of a kernel doing ``flops`` and moving ``nbytes`` in device memory."""
@@ -68,6 +69,8 @@ class CostModel(_Roofline):
         link_latency_us: fixed cost of one host<->device copy, microseconds.
         peer_gbs: device<->device link bandwidth, GB/s.
         peer_latency_us: fixed cost of one device<->device copy, microseconds.
+        event_us: what recording an event takes on its stream, microseconds (two events recorded
+            back to back measure this much apart, as on a real device: never zero).
     """
 
     peak_gflops: float = 2000.0
@@ -77,6 +80,7 @@ class CostModel(_Roofline):
     link_latency_us: float = 8.0
     peer_gbs: float = 64.0
     peer_latency_us: float = 5.0
+    event_us: float = 0.5
 
 
 class DeviceCostModel(_Roofline):

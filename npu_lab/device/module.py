@@ -28,10 +28,10 @@ _C = native.load()
 __all__ = [
     "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
     "device_count", "empty_cache", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
-    "get_device_properties", "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
+    "get_device_properties", "get_offset", "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
     "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
+    "memory_summary", "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_offset", "set_rng_state",
     "set_rng_state_all", "set_stream", "stream", "synchronize",
 ]
 
@@ -51,7 +51,8 @@ def _index(device: Any = None) -> int:
     count = _C.device_count()
     if not 0 <= idx < count:
         raise RuntimeError(
-            f"Invalid device npu:{idx}: the simulated NPU has {count} devices (set NPU_LAB_DEVICES to change that)"
+            f"The device index is out of range. It must be in [0, {count}), but got {idx} "
+            f"(the simulated NPU has {count} devices: NPU_LAB_DEVICES sets how many)"
         )
     return idx
 
@@ -211,6 +212,16 @@ def seed() -> None:
 def seed_all() -> None:
     for g in default_generators:
         g.seed()
+
+
+def get_offset(device: Any = None) -> int:
+    """How many Philox blocks the device's default generator has handed out since it was seeded."""
+    return _rng.default_generator(_index(device)).get_offset()
+
+
+def set_offset(offset: int, device: Any = None) -> None:
+    """Move the device's default generator to Philox block ``offset`` (its seed unchanged)."""
+    _rng.default_generator(_index(device)).set_offset(int(offset))
 
 
 def initial_seed() -> int:

@@ -84,7 +84,8 @@ def main() -> None:
     head.weight = emb.weight  # tied, as in GPT-2
     model = torch.nn.ModuleDict({"emb": emb, "head": head})
     before = len(list(model.parameters()))
-    _try("tied weights after .to(device): parameters", lambda: f"{before} -> {len(list(model.to('proto').parameters()))}")
+    _try("tied weights after .to(device): parameters",
+         lambda: f"{before} -> {len(list(model.to('proto').parameters()))}")
     _try("x + x (no kernel registered)", lambda: (x + x).cpu())
     print(f"{'torch.UntypedStorage(16, device=...)':<46} ", end="", flush=True)
     print(torch.UntypedStorage(16, device="proto").nbytes())  # last: on torch 2.13 this kills the process

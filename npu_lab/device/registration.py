@@ -38,12 +38,20 @@ def register() -> None:
     if not hasattr(torch.Tensor, "is_npu"):
         torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     private.export_dlpack_device("npu")
+    private.after_import("torch._dynamo.device_interface", _register_device_interface)
     from .. import ops  # noqa: F401  (registers every numba kernel)
     from . import fallback
 
     fallback.install()
     run_backward_on_calling_thread()
     _registered = True
+
+
+def _register_device_interface(device_interface) -> None:
+    """Tell Dynamo how to query and switch npu devices and streams (torch._dynamo's DeviceInterface)."""
+    from ..inductor.interface import NpuInterface
+
+    device_interface.register_interface_for_device("npu", NpuInterface)
 
 
 def run_backward_on_calling_thread() -> None:
@@ -59,5 +67,16 @@ def run_backward_on_calling_thread() -> None:
     the backward to the caller's thread instead. It is thread-local, so it
     applies to the thread that imported npu_lab (a notebook's kernel thread);
     call this function again from another thread that trains on the npu.
+
+    Autograd still starts its per-device worker threads (``pt_autograd_<i>``) at
+    the first backward; one backward of a CPU scalar here starts them now, so
+    they exist (and have their names) before the first npu backward returns.
     """
     torch.autograd.set_multithreading_enabled(False)
+    global _engine_started
+    if not _engine_started:
+        torch.ones((), requires_grad=True).backward()
+        _engine_started = True
+
+
+_engine_started = False

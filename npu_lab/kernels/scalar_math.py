@@ -19,9 +19,50 @@ SQRT1_2 = 0.7071067811865476
 SQRT_2_OVER_PI = 0.7978845608028654
 
 
-@_inline
 def relu(x):
-    return x if x > 0 else x * 0
+    """``max(x, 0)`` as the CPU computes it: +0 for every negative (-inf too); -0.0 and NaN pass through."""
+    return type(x)(0) if x < 0 else x
+
+
+def sign(x):
+    """-1, 0 or 1 in x's type, as the CPU computes it: sign(+-inf) = +-1, sign(-0.0) = sign(NaN) = +0."""
+    return type(x)((x > 0) - (x < 0))
+
+
+# ``x * 0`` is no typed zero for floats: it is -0.0 for negative x and NaN for infinite x.
+@overload(relu, inline="always")
+def _ov_relu(x):
+    if isinstance(x, types.Float):
+        zero = np.float32(0) if x.bitwidth == 32 else np.float64(0)
+
+        def relu_float(x):
+            return zero if x < 0 else x
+        return relu_float
+    if isinstance(x, (types.Integer, types.Boolean)):
+        def relu_int(x):
+            return x * 0 if x < 0 else x
+        return relu_int
+    return None
+
+
+@overload(sign, inline="always")
+def _ov_sign(x):
+    if isinstance(x, types.Float):
+        c = np.float32 if x.bitwidth == 32 else np.float64
+        one, zero, minus_one = c(1), c(0), c(-1)
+
+        def sign_float(x):
+            return one if x > 0 else (minus_one if x < 0 else zero)
+        return sign_float
+    if isinstance(x, (types.Integer, types.Boolean)):
+        def sign_int(x):
+            if x > 0:
+                return x * 0 + 1
+            if x < 0:
+                return x * 0 - 1
+            return x * 0
+        return sign_int
+    return None
 
 
 @_inline
@@ -122,15 +163,6 @@ def _ov_gelu_tanh_grad(g, x):
 @_inline
 def rsqrt(x):
     return 1 / math.sqrt(x)
-
-
-@_inline
-def sign(x):
-    if x > 0:
-        return x * 0 + 1
-    if x < 0:
-        return x * 0 - 1
-    return x * 0
 
 
 @_inline

@@ -16,6 +16,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     norm,
     pointwise,
     random,
+    recurrent,
     reductions,
     shape,
 )

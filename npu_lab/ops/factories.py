@@ -40,9 +40,12 @@ def fill_tensor(self: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
             "fill_ only supports 0-dimension value tensor but got tensor with "
             f"{value.dim()} dimensions."
         )
-    if value.device.type == "npu":
-        value = as_array(value).item()
-    return fill_value(self, value)
+    if value.device != self.device:  # a CPU scalar tensor: a plain fill, as ATen does
+        return fill_value(self, value.item())
+    # As ATen: a value on the same device is copied in (broadcast from 0-d), so a self-overlapping
+    # (expanded) tensor is refused as on every other device; a value that is an element of self is
+    # cloned first, or the copy would overwrite it before reading it.
+    return self.copy_(value.clone() if torch._C._is_alias_of(self, value) else value)
 
 
 @register("zero_")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from ..device import native
@@ -31,6 +32,7 @@ from .registry import register
 
 _float_default = torch.get_default_dtype
 _C = native.load()
+_no_internal_overlap, _no_partial_overlap = _C.assert_no_internal_overlap, _C.assert_no_partial_overlap
 _empty, _flat_view = _C.empty, _C.flat_view
 _Tensor = torch.Tensor
 #: (name, template, dtype, number of inputs, bool_result) -> (kernel, result dtype) for the fast path.
@@ -51,6 +53,81 @@ def _promote(args: Sequence[object]) -> torch.dtype:
         other = a.dtype if isinstance(a, torch.Tensor) else torch.result_type(torch.empty(0, dtype=dtype), a)
         dtype = torch.promote_types(dtype, other)
     return dtype
+
+
+def _bool_sub(args: Sequence[object]) -> None:
+    kinds = [a.dtype == torch.bool if isinstance(a, torch.Tensor) else isinstance(a, bool) for a in args[:2]]
+    if all(kinds):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if any(kinds):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
+def _not_for(kinds: str, dtypes: Callable[[torch.dtype], bool]) -> Callable[[str, Sequence[object]], None]:
+    def check(name: str, args: Sequence[object]) -> None:
+        for a in args:
+            if isinstance(a, torch.Tensor) and dtypes(a.dtype):
+                raise NotImplementedError(f'"{name}_npu" not implemented for \'{_short(a.dtype)}\' ({kinds})')
+    return check
+
+
+def _not_bool(message: str) -> Callable[[str, Sequence[object]], None]:
+    def check(name: str, args: Sequence[object]) -> None:
+        if isinstance(args[0], torch.Tensor) and args[0].dtype == torch.bool:
+            raise RuntimeError(message)
+    return check
+
+
+# Operand dtypes an operator refuses, with PyTorch's error, checked where the CPU checks them: some in
+# the operator's own argument checks (before anything else), some only when the kernel is picked for the
+# dtype (after the overlap checks).
+_ARGUMENT_RULES: dict[str, Callable[[str, Sequence[object]], None]] = {
+    "neg": _not_bool("Negation, the `-` operator, on a bool tensor is not supported. If you are trying to "
+                     "invert a mask, use the `~` or `logical_not()` operator instead."),
+    "sub": lambda name, args: _bool_sub(args),
+    "relu": _not_bool("Boolean inputs not supported for relu"),
+}
+_KERNEL_RULES: dict[str, Callable[[str, Sequence[object]], None]] = {
+    "abs": _not_for("abs of a bool tensor", lambda d: d == torch.bool),
+    **{op: _not_for("bitwise operators take integer and bool tensors",
+                    lambda d: d.is_floating_point or d.is_complex)
+       for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
+}
+#: operators whose CPU kernels write without TensorIterator's overlap checks (an expanded output is fine)
+_NO_OVERLAP_CHECK = {"masked_fill"}
+
+
+def check_written(name: str, out: torch.Tensor, args: Sequence[object]) -> None:
+    """What TensorIterator checks before a kernel writes ``out``: no element of ``out`` written twice, and
+    no input sharing some (but not all) of ``out``'s bytes."""
+    if name in _NO_OVERLAP_CHECK:
+        return
+    _no_internal_overlap(out)
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device == out.device:
+            _no_partial_overlap(out, a)
+
+
+def check_arguments(name: str, args: Sequence[object], out: torch.Tensor | None = None) -> None:
+    """Every check ``pointwise`` makes before computing, in the CPU's order (used by the float32 wrapper too)."""
+    rule = _ARGUMENT_RULES.get(name)
+    if rule is not None:
+        rule(name, args)
+    if out is not None:
+        check_written(name, out, args)
+    rule = _KERNEL_RULES.get(name)
+    if rule is not None:
+        rule(name, args)
+
+
+def _np_value(value: object, np_type: type) -> object:
+    """``value`` as a NumPy scalar of ``np_type``, wrapping out-of-range integers as a C++ cast does."""
+    try:
+        return np_type(value)
+    except OverflowError:
+        return np.array(value, dtype=np.int64).astype(np_type)[()]
 
 
 def pointwise(
@@ -79,6 +156,7 @@ def pointwise(
         bool_result: the result is ``torch.bool`` (comparisons, logical ops).
         compute_dtype: force the dtype the expression computes in.
     """
+    check_arguments(name, args, out)
     if out is None and not named and compute_dtype is None:
         res = _fast(name, template, args, to_float, bool_result, flops)
         if res is not None:
@@ -109,10 +187,10 @@ def pointwise(
             v = a.item() if isinstance(a, torch.Tensor) else a
             names.append(f"c{k}")
             scalar_names.append(f"c{k}")
-            scalar_values.append(np_type(v))
+            scalar_values.append(_np_value(v, np_type))
     for key, v in named.items():
         scalar_names.append(key)
-        scalar_values.append(np_type(v))
+        scalar_values.append(_np_value(v, np_type))
     shapes = [tuple(t.shape) for t in tensors]
     shape = shapes[0] if len(set(shapes)) <= 1 and shapes else broadcast_shape(*shapes)
     result_dtype = torch.bool if bool_result else dtype
@@ -363,9 +441,9 @@ UNARY: dict[str, tuple[str, bool, float]] = {
     "erf": ("math.erf({0})", True, 8),
     "sign": ("sign({0})", False, 1),
     "sgn": ("sign({0})", False, 1),
-    "floor": ("math.floor({0})", False, 1),
-    "ceil": ("math.ceil({0})", False, 1),
-    "trunc": ("math.trunc({0})", False, 1),
+    "floor": ("np.floor({0})", False, 1),  # math.floor returns an int: wrong for -0.0, inf, nan, 2**70
+    "ceil": ("np.ceil({0})", False, 1),
+    "trunc": ("np.trunc({0})", False, 1),
     "round": ("np.round({0})", False, 1),
     "silu": ("silu({0})", True, 9),
     "logical_not": ("{0} == 0", False, 1),
@@ -517,7 +595,10 @@ def clamp_max_inplace(self, max):
 
 @register("where.self_out")
 def where_out(condition, self, other, *, out):
+    check_written("where", out, (condition, self, other))
     res = where(condition, self, other)
+    if out.dtype != res.dtype:
+        raise RuntimeError(f"Expected out type to be {_short(res.dtype)} but got {_short(out.dtype)}")
     resize_out(out, res.shape)
     device_copy(out, res)
     return out
@@ -581,26 +662,29 @@ _ternary("addcmul", "{0} + value * {1} * {2}")
 _ternary("addcdiv", "{0} + value * {1} / {2}")
 
 
+# PyTorch's lerp: from the nearer end, so that weight 1 gives `end` exactly (and rounding matches the CPU)
+_LERP = "{0} + w * ({1} - {0}) if abs(w) < 0.5 else {1} - ({1} - {0}) * (1 - w)"
+_LERP_T = "{0} + {2} * ({1} - {0}) if abs({2}) < 0.5 else {1} - ({1} - {0}) * (1 - {2})"
+
+
 @register("lerp.Scalar")
 def lerp(self, end, weight):
-    return pointwise("lerp", "{0} + w * ({1} - {0})", (self, end), named={"w": weight}, flops=3)
+    return pointwise("lerp", _LERP, (self, end), named={"w": weight}, flops=3)
 
 
 @register("lerp_.Scalar")
 def lerp_inplace(self, end, weight):
-    return pointwise("lerp", "{0} + w * ({1} - {0})", (self, end), named={"w": weight},
-                     out=self, inplace=True, flops=3)
+    return pointwise("lerp", _LERP, (self, end), named={"w": weight}, out=self, inplace=True, flops=3)
 
 
 @register("lerp.Tensor")
 def lerp_tensor(self, end, weight):
-    return pointwise("lerp_t", "{0} + {2} * ({1} - {0})", (self, end, weight), flops=3)
+    return pointwise("lerp_t", _LERP_T, (self, end, weight), flops=3)
 
 
 @register("lerp_.Tensor")
 def lerp_tensor_inplace(self, end, weight):
-    return pointwise("lerp_t", "{0} + {2} * ({1} - {0})", (self, end, weight), out=self,
-                     inplace=True, flops=3)
+    return pointwise("lerp_t", _LERP_T, (self, end, weight), out=self, inplace=True, flops=3)
 
 
 @register("isnan")

@@ -27,6 +27,11 @@ import torch
 
 #: The reduced-precision floating types computed in float32.
 LOW = (torch.float16, torch.bfloat16)
+#: In-place operators whose CPU kernels write without checking that outputs do not overlap (fills,
+#: random fills): every other operator that writes an argument gets TensorIterator's overlap checks on
+#: the original tensors, before they are converted (a float32 copy never overlaps anything).
+_UNCHECKED = {"fill", "zero", "masked_fill", "index_fill", "uniform", "normal", "bernoulli", "random",
+              "exponential", "geometric", "log_normal", "cauchy", "copy", "resize", "set"}
 
 
 def _schema(qualified: str) -> Any:
@@ -69,9 +74,42 @@ def _up(x: Any) -> Any:
     return x
 
 
+def _check_overlaps(written: list[tuple[int, str]], args: tuple, kwargs: dict) -> None:
+    """TensorIterator's checks on each written tensor: not written twice, no partial overlap with an input."""
+    from ..device import native
+
+    _C = native.load()
+    inputs = _tensors((*args, *kwargs.values()))
+    for i, name in written:
+        out = args[i] if i < len(args) else kwargs.get(name)
+        if not isinstance(out, torch.Tensor):
+            continue
+        _C.assert_no_internal_overlap(out)
+        for t in inputs:
+            if t is not out and t.device == out.device:
+                _C.assert_no_partial_overlap(out, t)
+
+
+def _write_back(orig: torch.Tensor, new: torch.Tensor) -> None:
+    """Round the float32 result ``new`` into the written argument ``orig``.
+
+    An expanded ``orig`` (a zero stride: several elements share one memory location) cannot take a
+    ``copy_``, which refuses to write one location twice; its distinct locations are one slice along
+    each expanded dimension, and that slice is what is copied.
+    """
+    if orig.shape != new.shape:
+        orig.resize_(new.shape)
+    if torch._debug_has_internal_overlap(orig) == 1:
+        index = tuple(slice(0, 1) if stride == 0 and size > 1 else slice(None)
+                      for size, stride in zip(orig.shape, orig.stride()))
+        orig, new = orig[index], new[index]
+    orig.copy_(new)
+
+
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
     schema = _schema(qualified)
+    checks_overlap = qualified.split("::")[-1].split(".")[0].rstrip("_") not in _UNCHECKED
     written = []  # (position, name) of the arguments the operator writes
     explicit_dtype = False
     if schema is not None:
@@ -85,8 +123,12 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
         low = low_dtype(args, kwargs)
         if low is None:
             return fn(*args, **kwargs)
-        floating = {t.dtype for t in _tensors((*args, *kwargs.values()))
-                    if t.is_floating_point() and not (t.device.type == "cpu" and t.dim() == 0)}
+        # type promotion by priority: tensors with dimensions decide; 0-d tensors only when there are no others
+        tensors = [t for t in _tensors((*args, *kwargs.values())) if t.is_floating_point()]
+        ranked = [t for t in tensors if t.dim() > 0] or tensors
+        floating = {t.dtype for t in ranked}
+        if checks_overlap:
+            _check_overlaps(written, args, kwargs)
         up_args = tuple(_up(a) for a in args)
         up_kwargs = {k: _up(v) for k, v in kwargs.items()}
         result = fn(*up_args, **up_kwargs)
@@ -94,9 +136,7 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
         for i, name in written:
             orig, new = (args[i], up_args[i]) if i < len(args) else (kwargs.get(name), up_kwargs.get(name))
             if isinstance(orig, torch.Tensor) and new is not orig:
-                if orig.shape != new.shape:
-                    orig.resize_(new.shape)
-                orig.copy_(new)
+                _write_back(orig, new)
                 mutated[id(new)] = orig
         dtype_given = explicit_dtype and (
             kwargs.get("dtype") is not None or kwargs.get("half_to_float") is True

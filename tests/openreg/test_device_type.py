@@ -3,6 +3,7 @@
 # Adapted:
 #   - `import torch_openreg` -> `import npu_lab` (registers the PrivateUse1 backend "npu");
 #     only_for=("openreg",) -> only_for=("npu",).
+#   - docstrings/comments that name OpenReg/torch_openreg say npu/npu_lab.
 #   - no run_tests() call: instantiate_device_type_tests puts the per-device classes (TestDeviceTransferNPU,
 #     TestDeviceSpecificSkipsCPU, ...) in this module's globals, where pytest collects them.
 """

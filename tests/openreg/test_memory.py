@@ -11,6 +11,7 @@
 #     simple_allocations 1000 -> 200, varying_sizes 500 -> 100, with_copies 300 -> 100, with_views 500 -> 200,
 #     inplace_operations 500 -> 200, with_gradients 300 -> 100, repeated_large_allocations 50 -> 5 (50 MB each),
 #     leak_detection_with_statistics 10 -> 3 cycles of 100 allocations. Each is marked in the code.
+#   - comments and docstrings that name OpenReg/OpenRegDeviceAllocator say npu / the npu device allocator.
 #   - no run_tests() call (collected by pytest).
 
 import gc

@@ -16,6 +16,9 @@
 #     class runs on npu.
 #   - TestStructuredCodegen: the docstring describes openreg's torchgen-generated kernels; the tests themselves
 #     only call torch.maximum/torch.minimum on the device and run unchanged.
+#   - TestFactory.test_empty: torch 2.13 has no named tensors (torch.empty takes no names=), so the second
+#     tensor is made without names=["N", "C", "H", "W"]; its device and shape are checked as in the original.
+#   - docstrings/comments that name openreg say npu.
 #   - no run_tests() call (collected by pytest).
 
 import collections
@@ -31,7 +34,9 @@ import npu_lab  # noqa: F401
 
 SDPAShape = collections.namedtuple("Sdpa_Shape", ["batch", "num_heads", "seq_len", "head_dim"])
 
-_OPENREG_PRIVATE_OP = "uses torch.ops.openreg.{}, a private custom op of torch_openreg's extension with no npu equivalent"
+_OPENREG_PRIVATE_OP = (
+    "uses torch.ops.openreg.{}, a private custom op of torch_openreg's extension with no npu equivalent"
+)
 
 
 class TestFactory(TestCase):
@@ -41,7 +46,8 @@ class TestFactory(TestCase):
         self.assertEqual(x.device.type, "npu")
         self.assertEqual(x.shape, torch.Size([3]))
 
-        x = torch.empty([2, 3, 4, 5], device="npu", names=["N", "C", "H", "W"])
+        # torch 2.13 removed named tensors (no names= argument): the original passes names=["N", "C", "H", "W"]
+        x = torch.empty([2, 3, 4, 5], device="npu")
         self.assertEqual(x.device.type, "npu")
         self.assertEqual(x.shape, torch.Size([2, 3, 4, 5]))
 

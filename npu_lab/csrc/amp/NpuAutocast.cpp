@@ -5,8 +5,9 @@
 // before the npu kernel. PyTorch provides the wrappers (at::autocast::WrapFunction) and the lists
 // of operators per cast policy (ATen/autocast_mode.h); a backend picks its policy for each list.
 // The NPU follows CUDA's: lower precision for the products, float32 for reductions, losses and
-// transcendental functions, and "promote to the widest input type" for mixed-input operators.
-// Every other operator falls through to the npu kernel unchanged.
+// transcendental functions, and "promote to the widest input type" for mixed-input operators;
+// one difference, as torch_openreg's: a dot product (dot, vdot) is one long reduction, so it runs
+// in float32. Every other operator falls through to the npu kernel unchanged.
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
@@ -30,12 +31,26 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
 #define NPU_FP32_APPEND_DTYPE(...) KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE(__VA_ARGS__)
 #define NPU_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
 
+// AT_FORALL_PROMOTE without dot and vdot, which the NPU keeps in float32.
+#define NPU_PROMOTE_EXCEPT_DOTS(_) \
+  _(addcdiv)                       \
+  _(addcmul)                       \
+  _(atan2)                         \
+  _(bilinear)                      \
+  _(cross)                         \
+  _(grid_sampler)                  \
+  _(index_put)                     \
+  _(tensordot)                     \
+  _(scatter_add)
+
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_LOWER_PRECISION_FP(NPU_LOWER_PRECISION)
   AT_FORALL_FP32(NPU_FP32)
   AT_FORALL_FP32_SET_OPT_DTYPE(NPU_FP32_SET_OPT_DTYPE)
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(NPU_FP32_APPEND_DTYPE)
-  AT_FORALL_PROMOTE(NPU_PROMOTE)
+  NPU_FP32(dot)
+  NPU_FP32(vdot)
+  NPU_PROMOTE_EXCEPT_DOTS(NPU_PROMOTE)
 }
 
 }  // namespace npu::amp
@@ -54,11 +69,13 @@ std::vector<std::string> autocast_policy(const std::string& policy) {
     AT_FORALL_LOWER_PRECISION_FP(NPU_NAME)
   } else if (policy == "fp32") {
     AT_FORALL_FP32(NPU_NAME)
+    NPU_NAME(dot)
+    NPU_NAME(vdot)
     AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(NPU_NAME_REDISPATCH)
   } else if (policy == "fp32_set_opt_dtype") {
     AT_FORALL_FP32_SET_OPT_DTYPE(NPU_NAME)
   } else if (policy == "promote") {
-    AT_FORALL_PROMOTE(NPU_NAME)
+    NPU_PROMOTE_EXCEPT_DOTS(NPU_NAME)
   } else {
     TORCH_CHECK_VALUE(false, "unknown autocast policy '", policy,
                       "'; one of lower_precision_fp, fp32, fp32_set_opt_dtype, promote");

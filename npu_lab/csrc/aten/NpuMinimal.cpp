@@ -7,6 +7,7 @@
 // Everything else (arithmetic, reductions, matmul...) is a numba kernel
 // registered from Python with torch.library (npu_lab/ops).
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -141,6 +142,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     return dst;
   }
   if (src_npu && dst_npu) {
+    // The host aliases below are separate storages, so ATen's own overlap check cannot see that two
+    // npu views share bytes: make it on the npu tensors (a[1:].copy_(a[:-1]) is refused, as on the CPU).
+    at::assert_no_partial_overlap(dst, self);
     const c10::DeviceGuard guard(dst.device());
     at::Tensor out = host_alias(dst);
     at::native::copy_(out, host_alias(self), non_blocking);

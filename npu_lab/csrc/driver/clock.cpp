@@ -206,14 +206,19 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream, int device) {
   if (event == nullptr) {
     return npuErrorInvalidResourceHandle;
   }
-  double t = 0;
-  npuError_t err = npuStreamTime(&t, stream, device);
-  if (err != npuSuccess) {
-    return err;
+  if (!valid_device(device)) {
+    return npuErrorInvalidDevice;
+  }
+  const double cost = cost_model().event_us;
+  DeviceState& d = device_state(device);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
+    return npuErrorInvalidResourceHandle;
   }
   event->recorded = true;
   event->device = device;
-  event->time_us = t;
+  event->time_us = d.stream_time[stream];
+  d.stream_time[stream] += cost;
   return npuSuccess;
 }
 

@@ -157,7 +157,7 @@ npuError_t npuGetDeviceProperties(npuDeviceProp* prop, int device) {
 
 npuError_t npuSetCostModel(const npuDeviceProp& prop) {
   if (prop.peak_gflops <= 0 || prop.bandwidth_gbs <= 0 || prop.link_gbs <= 0 || prop.peer_gbs <= 0 ||
-      prop.launch_us < 0 || prop.link_latency_us < 0 || prop.peer_latency_us < 0) {
+      prop.launch_us < 0 || prop.link_latency_us < 0 || prop.peer_latency_us < 0 || prop.event_us < 0) {
     return npuErrorInvalidValue;
   }
   std::lock_guard<std::mutex> lock(prop_mutex);

@@ -56,6 +56,7 @@ struct npuDeviceProp {
   double link_latency_us = 8.0;    // fixed cost of one host <-> device copy, us
   double peer_gbs = 64.0;          // device <-> device link, GB/s
   double peer_latency_us = 5.0;    // fixed cost of one peer copy, us
+  double event_us = 0.5;           // recording an event is a command on its stream too, us
 };
 npuError_t npuGetDeviceProperties(npuDeviceProp* prop, int device);
 // Changes the cost model of every device (capacity excepted: see npuDeviceSetCapacity).
@@ -127,6 +128,7 @@ struct npuEvent;
 using npuEvent_t = npuEvent*;
 npuError_t npuEventCreate(npuEvent_t* event, bool timing);
 npuError_t npuEventDestroy(npuEvent_t event);
+// The event marks where the stream's clock stands; recording it then takes event_us of the stream's time.
 npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream, int device);
 npuError_t npuStreamWaitEvent(npuStream_t stream, int device, npuEvent_t event);
 // npuSuccess: the event was recorded (the simulator finishes work as it is launched).

@@ -11,6 +11,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -274,6 +275,7 @@ py::dict get_cost_model() {
   d["link_latency_us"] = p.link_latency_us;
   d["peer_gbs"] = p.peer_gbs;
   d["peer_latency_us"] = p.peer_latency_us;
+  d["event_us"] = p.event_us;
   return d;
 }
 
@@ -287,6 +289,7 @@ void set_cost_model(const py::dict& d) {
   p.link_latency_us = d["link_latency_us"].cast<double>();
   p.peer_gbs = d["peer_gbs"].cast<double>();
   p.peer_latency_us = d["peer_latency_us"].cast<double>();
+  p.event_us = d["event_us"].cast<double>();
   npuError_t err = npuSetCostModel(p);
   TORCH_CHECK_VALUE(err == npuSuccess, "cost model figures must be positive (latencies may be zero)");
 }
@@ -391,8 +394,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device", [](int d) {
     int n = 0;
     npuGetDeviceCount(&n);
-    TORCH_CHECK(d >= 0 && d < n, "Invalid device npu:", d, ": the simulated NPU has ", n,
-                " devices (set NPU_LAB_DEVICES to change that)");
+    TORCH_CHECK(d >= 0 && d < n, "The device index is out of range. It must be in [0, ", n, "), but got ", d,
+                " (the simulated NPU has ", n, " devices: NPU_LAB_DEVICES sets how many)");
     NPU_CHECK(npuSetDevice(d));
   });
   m.def("exchange_device", [](int d) {
@@ -437,6 +440,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     NPU_CHECK(npuAccountCopy(k, bytes, device_or_current(device), peer));
   }, py::arg("kind"), py::arg("bytes"), py::arg("device") = -1, py::arg("peer") = -1);
 
+  // overlap checks (ATen's, as TensorIterator applies them to a written tensor and its inputs)
+  m.def("assert_no_internal_overlap", [](const at::Tensor& t) { at::assert_no_internal_overlap(t); });
+  m.def("assert_no_partial_overlap", [](const at::Tensor& a, const at::Tensor& b) { at::assert_no_partial_overlap(a, b); });
+
   // tensors
   m.def("empty", &empty, py::arg("size"), py::arg("dtype"), py::arg("device") = -1);
   m.def("empty_strided", &empty_strided, py::arg("size"), py::arg("stride"), py::arg("dtype"),
@@ -479,6 +486,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_activity_listener", &set_activity_listener);
   m.def("get_cost_model", &get_cost_model);
   m.def("set_cost_model", &set_cost_model);
+
+  // backend metadata (runtime/NpuSerialization.cpp): torch 2.13 has no torch._C._copy_backend_meta yet
+  m.def("copy_backend_meta", [](const at::Tensor& src, const at::Tensor& dst) {
+    dst.unsafeGetTensorImpl()->set_backend_meta(src.unsafeGetTensorImpl()->get_backend_meta_intrusive_ptr());
+  });
 
   // random numbers
   m.def("philox_reserve", &philox_reserve, py::arg("generator"), py::arg("device"), py::arg("blocks"));

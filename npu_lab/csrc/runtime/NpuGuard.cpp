@@ -52,8 +52,9 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_INTERNAL_ASSERT(d.type() == kNpu);
     int count = 0;
     npuGetDeviceCount(&count);
-    TORCH_CHECK(d.index() >= 0 && d.index() < count, "Invalid device npu:", static_cast<int>(d.index()),
-                ": the simulated NPU has ", count, " devices (set NPU_LAB_DEVICES to change that)");
+    TORCH_CHECK(d.index() >= 0 && d.index() < count, "The device index is out of range. It must be in [0, ", count,
+                "), but got ", static_cast<int>(d.index()), " (the simulated NPU has ", count,
+                " devices: NPU_LAB_DEVICES sets how many)");
     NPU_CHECK(npuSetDevice(d.index()));
   }
 
