@@ -76,7 +76,7 @@ def eager_overhead() -> None:
     npu_us = per_call_us(lambda: a + b)
     cpu_us = per_call_us(lambda: a_cpu + b_cpu)
     print(f"eager overhead (add, 16): npu {npu_us:7.1f} us/call    torch {cpu_us:7.1f} us/call   "
-          f"(goal: npu <= 30 us)")
+          f"(goal: npu <= 10 us)")
 
 
 def training_step(name: str, make: Callable[[], torch.nn.Module], batch: int) -> None:
