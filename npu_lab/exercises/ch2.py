@@ -486,8 +486,9 @@ def _export_cond(t: Tester, export_screen) -> None:
                  else "specialised to the example's batch size",
                  hint="pass dynamic_shapes={'x': {0: torch.export.Dim('batch')}} to torch.export.export")
         with _silent():
-            # .module() shares the program's weights and .to() moves them in place (as on CUDA): copy first
-            cpu_run, npu_run = loaded.module(), copy.deepcopy(loaded.module()).to("npu")
+            # .module() shares the program's weights and .to() moves them in place (as on CUDA): copy first;
+            # the program may have been exported on npu or on the CPU
+            cpu_run, npu_run = copy.deepcopy(loaded.module()).to("cpu"), copy.deepcopy(loaded.module()).to("npu")
         for b, branch, x, want in probes:
             which = "damping" if branch else "doubling"
             extra = f" (while saving: {note})" if note else ""

@@ -180,7 +180,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   const c10::DeviceGuard guard(self.device());
   c10::Scalar value = at::native::_local_scalar_dense_cpu(host_alias(self));
-  NPU_CHECK(npuAccountCopy(npuMemcpyDeviceToHost, self.element_size(), self.device().index()));
+  NPU_CHECK(npuAccountCopy(npuMemcpyDeviceToHost, self.element_size(), self.device().index(), -1,
+                           "memcpy DtoH (item)"));
   return value;
 }
 

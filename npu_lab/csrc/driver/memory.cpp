@@ -173,7 +173,7 @@ npuError_t npuGetTransferStats(npuTransferStats* stats, int device) {
   return npuSuccess;
 }
 
-npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer) {
+npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer, const char* label) {
   if (!valid_device(device) || (kind == npuMemcpyPeer && !valid_device(peer))) {
     return npuErrorInvalidDevice;
   }
@@ -201,6 +201,9 @@ npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer
       break;
     default:
       return npuErrorInvalidValue;
+  }
+  if (label != nullptr) {
+    name = label;
   }
   npuStream_t stream = 0;
   npuGetCurrentStream(&stream, device);

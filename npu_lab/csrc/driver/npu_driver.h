@@ -101,8 +101,9 @@ npuError_t npuGetTransferStats(npuTransferStats* stats, int device);
 
 // Account one copy of `bytes` on `device`'s current stream (statistics and simulated time).
 // The bytes themselves are moved by the caller (a host memcpy or a strided copy kernel).
-// For npuMemcpyPeer, `peer` is the other device; both devices count the traffic.
-npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer = -1);
+// For npuMemcpyPeer, `peer` is the other device; both devices count the traffic. `name` labels the
+// copy for profilers (default: "memcpy HtoD", "memcpy DtoH", "memcpy DtoD", "memcpy PtoP").
+npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer = -1, const char* name = nullptr);
 // memcpy between host and device memory (or within/between devices), accounted as above.
 npuError_t npuMemcpy(void* dst, const void* src, size_t bytes, npuMemcpyKind kind);
 
