@@ -178,3 +178,22 @@ def test_memory_on_device_one_is_its_own():
     assert torch.equal(moved.cpu(), u.cpu())
     del t, u, moved
     assert torch.npu.memory_allocated(1) == base1 and torch.npu.memory_allocated(0) == base0
+
+
+def test_the_pure_python_prototype_shows_the_limits_chapter_8_describes():
+    """npu_lab/device/prototype.py (a device registered from Python alone, in a fresh process) cannot do
+    what the native runtime does: its storages hold no bytes, tied weights come apart, UntypedStorage
+    crashes the interpreter."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(npu_lab.__file__).parent / "device" / "prototype.py"
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    out = run.stdout
+    assert "back on the CPU: [0.0, 1.0, 2.0, 3.0]" in out, out
+    assert "its storage: nbytes, data_ptr                  (0, 0)" in out, out
+    assert "shallow-copy compatible with CPU tensors       False" in out, out
+    assert "tied weights after .to(device): parameters     1 -> 2" in out, out
+    assert "Could not run 'aten::add.out' with arguments from the 'proto' backend" in out, out
+    assert run.returncode == -11, (run.returncode, run.stderr[-500:])  # UntypedStorage(16, device="proto"): SIGSEGV

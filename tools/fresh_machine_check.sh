@@ -2,12 +2,16 @@
 # Fresh-machine check: clone the repository into an empty directory and follow the README's
 # two commands exactly, as a learner would on a new machine:
 #
-#   ./run lab    must install everything and serve JupyterLab (we wait for it, then stop it)
-#   ./run test   must install nothing more and pass every test
+#   ./run lab    must install everything, build the npu runtime and serve JupyterLab (we wait
+#                for it, then stop it)
+#   ./run test   must install nothing more and pass the tests
 #
-# Usage: tools/fresh_machine_check.sh [repository (default: this one)]
+# Usage: tools/fresh_machine_check.sh [repository (default: this one)] [pytest arguments...]
+# With pytest arguments, the inner `./run test` runs only those tests: the test suite calls this
+# script with a smoke selection, because the suite itself (the outer run) already ran everything.
 set -euo pipefail
 src="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
+shift || true
 work="$(mktemp -d)"
 trap 'kill "${lab_pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 git clone -q "$src" "$work/npu-lab"
@@ -41,6 +45,6 @@ echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)
 kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
 
 start=$SECONDS
-NPU_LAB_FRESH_CHECK=1 ./run test
-echo "fresh-machine check: ./run test passed in $((SECONDS - start)) s"
+NPU_LAB_FRESH_CHECK=1 ./run test "$@"
+echo "fresh-machine check: ./run test${*:+ $*} passed in $((SECONDS - start)) s"
 echo "fresh-machine check: OK"

@@ -150,4 +150,10 @@ def excerpt(relpath: str, start: str, lines: int = 12) -> str:
     first = next((i for i, line in enumerate(text) if start in line), None)
     if first is None:
         raise ValueError(f"{start!r} is not in csrc/{relpath}")
-    return f"// csrc/{relpath}, line {first + 1}\n" + "\n".join(text[first:first + lines])
+    return f"// csrc/{relpath}\n" + "\n".join(text[first:first + lines])
+
+
+def summary(relpath: str) -> str:
+    """The first line of a source file's header comment: what the file is."""
+    first = (CSRC / relpath).read_text().splitlines()[0]
+    return first.removeprefix("//").strip()
