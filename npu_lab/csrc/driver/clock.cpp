@@ -44,6 +44,21 @@ thread_local std::vector<npuStream_t> current_streams;
 
 std::atomic<int64_t> next_event_id{1};
 
+// Run fn(device state) with the device's lock held, once the device and the stream are known to exist.
+template <typename Fn>
+npuError_t on_stream(int device, npuStream_t stream, Fn fn) {
+  if (!valid_device(device)) {
+    return npuErrorInvalidDevice;
+  }
+  DeviceState& d = device_state(device);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
+    return npuErrorInvalidResourceHandle;
+  }
+  fn(d);
+  return npuSuccess;
+}
+
 }  // namespace
 
 struct npuEvent {
@@ -97,15 +112,9 @@ npuError_t npuGetCurrentStream(npuStream_t* stream, int device) {
 }
 
 npuError_t npuSetCurrentStream(npuStream_t stream, int device) {
-  if (!valid_device(device)) {
-    return npuErrorInvalidDevice;
-  }
-  {
-    DeviceState& d = device_state(device);
-    std::lock_guard<std::mutex> lock(d.mutex);
-    if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
-      return npuErrorInvalidResourceHandle;
-    }
+  npuError_t err = on_stream(device, stream, [](DeviceState&) {});
+  if (err != npuSuccess) {
+    return err;
   }
   if (current_streams.size() < static_cast<size_t>(device_count())) {
     current_streams.resize(device_count(), 0);
@@ -115,29 +124,12 @@ npuError_t npuSetCurrentStream(npuStream_t stream, int device) {
 }
 
 npuError_t npuStreamTime(double* time_us, npuStream_t stream, int device) {
-  if (!valid_device(device)) {
-    return npuErrorInvalidDevice;
-  }
-  DeviceState& d = device_state(device);
-  std::lock_guard<std::mutex> lock(d.mutex);
-  if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
-    return npuErrorInvalidResourceHandle;
-  }
-  *time_us = d.stream_time[stream];
-  return npuSuccess;
+  return on_stream(device, stream, [&](DeviceState& d) { *time_us = d.stream_time[stream]; });
 }
 
 npuError_t npuStreamWaitUntil(npuStream_t stream, int device, double time_us) {
-  if (!valid_device(device)) {
-    return npuErrorInvalidDevice;
-  }
-  DeviceState& d = device_state(device);
-  std::lock_guard<std::mutex> lock(d.mutex);
-  if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
-    return npuErrorInvalidResourceHandle;
-  }
-  d.stream_time[stream] = std::max(d.stream_time[stream], time_us);
-  return npuSuccess;
+  return on_stream(device, stream,
+                   [&](DeviceState& d) { d.stream_time[stream] = std::max(d.stream_time[stream], time_us); });
 }
 
 npuError_t npuDeviceSynchronize(int device) {
@@ -206,20 +198,13 @@ npuError_t npuEventRecord(npuEvent_t event, npuStream_t stream, int device) {
   if (event == nullptr) {
     return npuErrorInvalidResourceHandle;
   }
-  if (!valid_device(device)) {
-    return npuErrorInvalidDevice;
-  }
   const double cost = cost_model().event_us;
-  DeviceState& d = device_state(device);
-  std::lock_guard<std::mutex> lock(d.mutex);
-  if (stream < 0 || static_cast<size_t>(stream) >= d.stream_time.size()) {
-    return npuErrorInvalidResourceHandle;
-  }
-  event->recorded = true;
-  event->device = device;
-  event->time_us = d.stream_time[stream];
-  d.stream_time[stream] += cost;
-  return npuSuccess;
+  return on_stream(device, stream, [&](DeviceState& d) {
+    event->recorded = true;
+    event->device = device;
+    event->time_us = d.stream_time[stream];
+    d.stream_time[stream] += cost;
+  });
 }
 
 npuError_t npuStreamWaitEvent(npuStream_t stream, int device, npuEvent_t event) {

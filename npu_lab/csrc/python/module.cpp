@@ -264,32 +264,30 @@ py::dict transfer_stats(int device) {
   return d;
 }
 
+// The cost model's figures, by the names Python uses (npu_lab.cost_model).
+const std::pair<const char*, double npuDeviceProp::*> kCostFigures[] = {
+    {"peak_gflops", &npuDeviceProp::peak_gflops},   {"bandwidth_gbs", &npuDeviceProp::bandwidth_gbs},
+    {"launch_us", &npuDeviceProp::launch_us},       {"link_gbs", &npuDeviceProp::link_gbs},
+    {"link_latency_us", &npuDeviceProp::link_latency_us}, {"peer_gbs", &npuDeviceProp::peer_gbs},
+    {"peer_latency_us", &npuDeviceProp::peer_latency_us}, {"event_us", &npuDeviceProp::event_us},
+};
+
 py::dict get_cost_model() {
   npuDeviceProp p;
   NPU_CHECK(npuGetDeviceProperties(&p, 0));
   py::dict d;
-  d["peak_gflops"] = p.peak_gflops;
-  d["bandwidth_gbs"] = p.bandwidth_gbs;
-  d["launch_us"] = p.launch_us;
-  d["link_gbs"] = p.link_gbs;
-  d["link_latency_us"] = p.link_latency_us;
-  d["peer_gbs"] = p.peer_gbs;
-  d["peer_latency_us"] = p.peer_latency_us;
-  d["event_us"] = p.event_us;
+  for (const auto& [name, figure] : kCostFigures) {
+    d[name] = p.*figure;
+  }
   return d;
 }
 
 void set_cost_model(const py::dict& d) {
   npuDeviceProp p;
   NPU_CHECK(npuGetDeviceProperties(&p, 0));
-  p.peak_gflops = d["peak_gflops"].cast<double>();
-  p.bandwidth_gbs = d["bandwidth_gbs"].cast<double>();
-  p.launch_us = d["launch_us"].cast<double>();
-  p.link_gbs = d["link_gbs"].cast<double>();
-  p.link_latency_us = d["link_latency_us"].cast<double>();
-  p.peer_gbs = d["peer_gbs"].cast<double>();
-  p.peer_latency_us = d["peer_latency_us"].cast<double>();
-  p.event_us = d["event_us"].cast<double>();
+  for (const auto& [name, figure] : kCostFigures) {
+    p.*figure = d[name].cast<double>();
+  }
   npuError_t err = npuSetCostModel(p);
   TORCH_CHECK_VALUE(err == npuSuccess, "cost model figures must be positive (latencies may be zero)");
 }

@@ -266,20 +266,21 @@ c10::CachingDeviceAllocator::DeviceStats NpuCachingAllocator::getDeviceStats(c10
   return c.stats;
 }
 
+// Every StatArray of c10's DeviceStats, each entry (aggregate, small pool, large pool) passed to fn.
+template <typename Fn>
+void each_stat(c10::CachingDeviceAllocator::DeviceStats& s, Fn fn) {
+  for (auto* array : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes, &s.reserved_bytes,
+                      &s.active_bytes, &s.inactive_split_bytes, &s.requested_bytes}) {
+    for (auto& stat : *array) {
+      fn(stat);
+    }
+  }
+}
+
 void NpuCachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   DeviceCache& c = cache(device);
   std::lock_guard<std::mutex> lock(c.mutex);
-  for (size_t i = 0; i < static_cast<size_t>(c10::CachingAllocator::StatType::NUM_TYPES); ++i) {
-    c.stats.allocation[i].reset_accumulated();
-    c.stats.segment[i].reset_accumulated();
-    c.stats.active[i].reset_accumulated();
-    c.stats.inactive_split[i].reset_accumulated();
-    c.stats.allocated_bytes[i].reset_accumulated();
-    c.stats.reserved_bytes[i].reset_accumulated();
-    c.stats.active_bytes[i].reset_accumulated();
-    c.stats.inactive_split_bytes[i].reset_accumulated();
-    c.stats.requested_bytes[i].reset_accumulated();
-  }
+  each_stat(c.stats, [](c10::CachingAllocator::Stat& stat) { stat.reset_accumulated(); });
   c.stats.num_alloc_retries = 0;
   c.stats.num_ooms = 0;
   c.stats.num_device_alloc = 0;
@@ -291,17 +292,7 @@ void NpuCachingAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
 void NpuCachingAllocator::resetPeakStats(c10::DeviceIndex device) {
   DeviceCache& c = cache(device);
   std::lock_guard<std::mutex> lock(c.mutex);
-  for (size_t i = 0; i < static_cast<size_t>(c10::CachingAllocator::StatType::NUM_TYPES); ++i) {
-    c.stats.allocation[i].reset_peak();
-    c.stats.segment[i].reset_peak();
-    c.stats.active[i].reset_peak();
-    c.stats.inactive_split[i].reset_peak();
-    c.stats.allocated_bytes[i].reset_peak();
-    c.stats.reserved_bytes[i].reset_peak();
-    c.stats.active_bytes[i].reset_peak();
-    c.stats.inactive_split_bytes[i].reset_peak();
-    c.stats.requested_bytes[i].reset_peak();
-  }
+  each_stat(c.stats, [](c10::CachingAllocator::Stat& stat) { stat.reset_peak(); });
   auto& k = c.counters;
   k.peak_allocated = k.allocated;
   k.peak_reserved = k.reserved;
