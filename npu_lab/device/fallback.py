@@ -115,6 +115,22 @@ def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object)
     return tree_map(back, result)
 
 
+def unsupported(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str) -> object:
+    """What an npu kernel does with a case it does not implement (say, a 5-D convolution).
+
+    With the CPU fallback on, ``op(*args, **kwargs)`` runs on the CPU like any operator
+    without an npu kernel (counted in :func:`report`, warned about once); with it off,
+    PyTorch's "Could not run ..." error, naming the case. So a kernel never raises where the
+    fallback could have run the call. ``op`` is the operator the CPU runs: the kernel's own,
+    or its CPU equivalent when it has no CPU kernel (``convolution_overrideable`` defers to
+    ``convolution``).
+    """
+    if not _enabled:
+        raise NotImplementedError(not_implemented_message(op_name(op)) + f"\n(npu-lab: the npu kernel does not "
+                                                                          f"handle this case: {why})")
+    return _fallback_kernel(op, *args, **kwargs)
+
+
 def install() -> None:
     """Register the PrivateUse1 backend fallback (once per process)."""
     global _lib

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import fallback
 from ..kernels import conv as ck
 from ..kernels import matmul as mk
 from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
@@ -80,8 +81,11 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @register("convolution_overrideable")
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     check_same_device("aten::convolution", input, weight, bias)
-    if transposed:
-        raise NotImplementedError("npu convolution: transposed convolution is not implemented")
+    if transposed or input.dim() > 4:
+        return fallback.unsupported(
+            torch.ops.aten.convolution.default,
+            (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups), {},
+            "transposed convolution" if transposed else f"{input.dim() - 2}-D convolution")
     x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
     n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)
     if c != cg * groups:
@@ -109,8 +113,12 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 def convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
                          groups, output_mask):
     check_same_device("aten::convolution_backward", grad_output, input, weight)
-    if transposed:
-        raise NotImplementedError("npu convolution: transposed convolution is not implemented")
+    if transposed or input.dim() > 4:
+        return fallback.unsupported(
+            torch.ops.aten.convolution_backward.default,
+            (grad_output, input, weight, None, stride, padding, dilation, transposed, output_padding, groups,
+             output_mask), {},
+            "transposed convolution" if transposed else f"{input.dim() - 2}-D convolution")
     x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
     g4 = grad_output.unsqueeze(2) if squeeze else grad_output
     n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)

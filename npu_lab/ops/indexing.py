@@ -334,7 +334,8 @@ def _np_indices(self: torch.Tensor, indices) -> tuple:
         if ix is None:
             out.append(slice(None))
         else:
-            check_same_device("aten::index", self, ix)
+            if ix.device.type == "npu":  # indices may also be CPU tensors, as with CUDA
+                check_same_device("aten::index", self, ix)
             a = as_array(ix) if ix.device.type == "npu" else ix.numpy()
             if a.dtype != np.bool_:
                 a = a.astype(np.int64)

@@ -228,6 +228,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("record_stream", TORCH_FN(record_stream));
 }
 
+// A copy honours its tensors' conjugate and negative bits itself (host_alias keeps them), so those keys
+// pass the copy straight through. Otherwise their fallback would materialise `src` with clone(), which
+// copies through _copy_from again: endless recursion, for CUDA's copy has no _copy_from step.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 }  // namespace npu::aten
 
 namespace npu::python {

@@ -1,0 +1,222 @@
+"""The whole of PyTorch's OpInfo database against the NPU: what is native, what needs the fallback.
+
+:mod:`npu_lab.ops.conformance` checks every sample of the operators the NPU
+*claims*. This sweep asks the wider question a chip team asks before a release:
+for **every** OpInfo in ``op_db`` (float32, the first few samples each), what
+happens on ``npu``, with the CPU fallback off and then on? Each OpInfo gets one
+status:
+
+* ``native``: every sample matches the CPU (forward, and backward where the
+  OpInfo supports autograd) with no operator falling back to the CPU;
+* ``fallback``: it matches, but only because some operators ran on the CPU
+  (only with the fallback on);
+* ``missing``: an operator has no npu kernel ("Could not run ... 'npu' backend");
+* ``wrong``: a result or gradient differs from the CPU's: a bug, never allowed;
+* ``error``: the npu raised where the CPU did not (any other exception);
+* ``skipped``: nothing to compare (no CPU float32 kernel, or the CPU rejects every sample).
+
+``python -m npu_lab.ops.sweep`` prints the counts and writes the coverage page
+(``docs/coverage.md``); ``tests/test_opinfo_sweep.py`` runs it in CI and enforces
+that nothing is ``wrong`` and that the counts never drop below their floors.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+from ..device import fallback
+from .conformance import TOLERANCES, _compare, _grads, _to_npu, opinfo_name
+
+STATUSES = ("native", "fallback", "missing", "wrong", "error", "skipped")
+#: OpInfos whose results are random draws (only shapes and dtypes are compared: the npu's random
+#: stream is its own, as CUDA's is).
+RANDOM = {"uniform", "normal", "normal.number_mean", "normal.in_place", "bernoulli", "multinomial",
+          "cauchy", "exponential", "geometric", "log_normal", "randint", "randint_like", "randn", "randn_like",
+          "rand", "rand_like", "randperm", "nn.functional.dropout", "nn.functional.dropout2d",
+          "nn.functional.dropout3d", "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout.with_train",
+          "nn.functional.feature_alpha_dropout.without_train", "nn.functional.rrelu",
+          "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
+          "svd_lowrank", "pca_lowrank"}
+#: Tolerances for float32 beyond the claimed operators' (sums of many terms, iterative algorithms).
+SWEEP_TOL = (1e-4, 1e-4)
+
+
+@dataclass
+class OpStatus:
+    """The outcome of one OpInfo."""
+
+    name: str
+    status: str
+    detail: str = ""
+    samples: int = 0
+    grads_checked: bool = False
+    fell_back: tuple[str, ...] = ()
+
+
+@dataclass
+class SweepReport:
+    """Every OpInfo's status for one setting of the fallback."""
+
+    fallback: bool
+    dtype: torch.dtype
+    ops: list[OpStatus] = field(default_factory=list)
+
+    def counts(self) -> Counter:
+        return Counter(o.status for o in self.ops)
+
+    def by_status(self, status: str) -> list[OpStatus]:
+        return [o for o in self.ops if o.status == status]
+
+    def summary(self) -> str:
+        c = self.counts()
+        mode = "fallback on " if self.fallback else "fallback off"
+        return f"{mode}: {len(self.ops)} OpInfos: " + ", ".join(f"{s} {c.get(s, 0)}" for s in STATUSES)
+
+
+def _to_cpu(x: object) -> object:
+    if isinstance(x, torch.Tensor) and x.device.type == "npu":
+        y = x.detach().cpu()
+        return y.requires_grad_(True) if x.requires_grad else y
+    if isinstance(x, torch.device) and x.type == "npu":
+        return torch.device("cpu")
+    if isinstance(x, str) and x.startswith("npu"):
+        return "cpu"
+    return x
+
+
+def _missing(exc: BaseException) -> str | None:
+    text = str(exc)
+    if isinstance(exc, NotImplementedError) and "with arguments from the 'npu' backend" in text:
+        return text.split("'")[1] if "'" in text else text[:80]
+    return None
+
+
+def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bool = True) -> OpStatus:
+    """Run the first ``samples`` samples of one OpInfo on npu (fallback as currently set)."""
+    name = opinfo_name(op)
+    if dtype not in op.supported_dtypes("cpu"):
+        return OpStatus(name, "skipped", f"no CPU {dtype} kernel")
+    want_grad = grads and op.supports_autograd and dtype.is_floating_point
+    rtol, atol = TOLERANCES.get(name, SWEEP_TOL)
+    random = name in RANDOM or op.has_nondeterministic_output
+    # Samples are made on the npu, as PyTorch's device tests make them (some arguments must stay on the CPU,
+    # and the generator knows which); if making them needs an operator the npu lacks, on the CPU and moved.
+    before = Counter(fallback.counts)
+    torch.manual_seed(0)
+    try:
+        inputs, on_npu = list(itertools.islice(op.sample_inputs("npu", dtype, requires_grad=want_grad), samples)), True
+    except Exception:  # noqa: BLE001 - retried on the CPU below
+        on_npu = False
+    if not on_npu:
+        torch.manual_seed(0)
+        try:
+            inputs = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=want_grad), samples))
+        except Exception as exc:  # noqa: BLE001 - a broken sample generator is PyTorch's, not ours
+            return OpStatus(name, "skipped", f"sample inputs fail on the CPU: {type(exc).__name__}")
+    before = Counter(fallback.counts)  # making the samples may fall back; running them is what counts
+    ran, grads_checked = 0, False
+    for sample in inputs:
+        if on_npu:
+            npu_args, npu_kwargs = (sample.input, *sample.args), dict(sample.kwargs)
+            try:
+                args, kwargs = tree_map(_to_cpu, npu_args), tree_map(_to_cpu, npu_kwargs)
+            except Exception as exc:  # noqa: BLE001 - a sample on npu that cannot come back (sparse layouts)
+                return OpStatus(name, "error", f"moving a sample to the CPU: {type(exc).__name__}: {exc}"[:200], ran)
+        else:
+            args, kwargs = (sample.input, *sample.args), dict(sample.kwargs)
+            npu_args, npu_kwargs = tree_map(_to_npu, args), tree_map(_to_npu, kwargs)
+        if "generator" in kwargs:
+            continue
+        try:
+            expected = op(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - the CPU rejects it too: nothing to compare
+            continue
+        try:
+            actual = op(*npu_args, **npu_kwargs)
+        except Exception as exc:  # noqa: BLE001 - classified below
+            kernel = _missing(exc)
+            if kernel is not None:
+                return OpStatus(name, "missing", kernel, ran)
+            return OpStatus(name, "error", f"{type(exc).__name__}: {str(exc).strip()[:200]}", ran)
+        try:
+            if random:
+                e_t, a_t = tree_flatten(expected)[0], tree_flatten(actual)[0]
+                assert [(getattr(t, "shape", None), getattr(t, "dtype", None)) for t in e_t] == \
+                       [(getattr(t, "shape", None), getattr(t, "dtype", None)) for t in a_t], "random outputs' shapes"
+            else:
+                _compare(expected, actual, rtol, atol)
+        except AssertionError as exc:
+            return OpStatus(name, "wrong", f"forward: {str(exc).strip()[:300]}", ran)
+        if want_grad and not random:
+            try:
+                g_cpu = _grads(lambda *a, kw=kwargs: op(*a, **kw), args, "cpu")
+            except Exception:  # noqa: BLE001 - no gradient on the CPU either
+                g_cpu = None
+            if g_cpu is not None:
+                try:
+                    g_npu = _grads(lambda *a, kw=npu_kwargs: op(*a, **kw), npu_args, "npu")
+                except Exception as exc:  # noqa: BLE001
+                    kernel = _missing(exc)
+                    if kernel is not None:
+                        return OpStatus(name, "missing", f"{kernel} (backward)", ran)
+                    return OpStatus(name, "error", f"backward: {type(exc).__name__}: {str(exc).strip()[:200]}",
+                                    ran)
+                try:
+                    for gc, gn in zip(g_cpu, g_npu):
+                        if gc is None or gn is None:
+                            assert gc is None and gn is None, "gradient missing on one device"
+                        else:
+                            torch.testing.assert_close(gn, gc, rtol=max(rtol, 1e-4), atol=max(atol, 1e-4),
+                                                       equal_nan=True)
+                except AssertionError as exc:
+                    return OpStatus(name, "wrong", f"backward: {str(exc).strip()[:300]}", ran)
+                grads_checked = grads_checked or bool(g_cpu)
+        ran += 1
+    if ran == 0:
+        return OpStatus(name, "skipped", "the CPU rejects every sample")
+    used = tuple(sorted((Counter(fallback.counts) - before)))
+    return OpStatus(name, "fallback" if used else "native", "", ran, grads_checked, used)
+
+
+def sweep(fallback_on: bool, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bool = True,
+          names: Iterable[str] | None = None) -> SweepReport:
+    """Every OpInfo (or those named) with the CPU fallback on or off."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    wanted = set(names) if names is not None else None
+    report = SweepReport(fallback_on, dtype)
+    previous = fallback.cpu_fallback_enabled()
+    fallback.set_cpu_fallback(fallback_on)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for op in op_db:
+                if wanted is not None and opinfo_name(op) not in wanted:
+                    continue
+                report.ops.append(check_op(op, dtype, samples, grads))
+    finally:
+        fallback.set_cpu_fallback(previous)
+    return report
+
+
+def _main() -> None:
+    import sys
+
+    for on in (False, True):
+        report = sweep(on)
+        print(report.summary())
+        if "-v" in sys.argv:
+            for status in ("wrong", "error", "missing"):
+                for o in report.by_status(status):
+                    print(f"  {status:8} {o.name:40} {o.detail[:150]}")
+
+
+if __name__ == "__main__":
+    _main()
