@@ -1,0 +1,1 @@
+"""activations operators for the npu (being written)."""

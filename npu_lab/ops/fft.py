@@ -1,0 +1,1 @@
+"""fft operators for the npu (being written)."""

@@ -1,0 +1,1 @@
+"""linalg_decomp operators for the npu (being written)."""

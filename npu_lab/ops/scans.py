@@ -1,0 +1,1 @@
+"""scans operators for the npu (being written)."""

@@ -1,0 +1,1 @@
+"""sorting operators for the npu (being written)."""

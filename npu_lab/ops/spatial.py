@@ -1,0 +1,1 @@
+"""spatial operators for the npu (being written)."""

@@ -1,0 +1,1 @@
+"""special operators for the npu (being written)."""
