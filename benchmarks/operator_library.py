@@ -9,6 +9,7 @@ goal. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from timing import best_of, freeze_startup_heap, per_call_us
+from torch.nn import functional as F
 
 import npu_lab
 from npu_lab import models
@@ -130,6 +132,104 @@ def compile_cost() -> None:
 
 
 
+def _fwd_bwd(fn: Callable[..., torch.Tensor], *inputs: torch.Tensor) -> Callable[[], object]:
+    """A closure running ``fn`` forward and backward (gradients of every floating-point input)."""
+    leaves = [t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs]
+
+    def run() -> object:
+        out = fn(*leaves)
+        out.backward(torch.ones_like(out))
+        return out
+
+    return run
+
+
+#: (family, case, function, input factory, forward and backward?) for :func:`operator_families`.
+FAMILY_CASES: list[tuple[str, str, Callable[..., torch.Tensor], Callable[[], tuple], bool]] = [
+    ("activations", "hardswish 1M", F.hardswish, lambda: (torch.randn(1024, 1024),), True),
+    ("activations", "mish 1M", F.mish, lambda: (torch.randn(1024, 1024),), True),
+    ("activations", "log_softmax 512x1024", lambda x: F.log_softmax(x, -1), lambda: (torch.randn(512, 1024),), True),
+    ("normalization", "group_norm 32x64x32x32, 8 groups", lambda x: F.group_norm(x, 8),
+     lambda: (torch.randn(32, 64, 32, 32),), True),
+    ("normalization", "var_mean 1024x1024 dim 1", lambda x: torch.var_mean(x, 1)[0],
+     lambda: (torch.randn(1024, 1024),), True),
+    ("recurrent", "LSTM 2 layers, 32 steps, 16x128", lambda x, w: _lstm(x, w), lambda: _lstm_inputs(), True),
+    ("convolution", "conv_transpose2d 16x32x32x32, 3x3 s2", lambda x, w: F.conv_transpose2d(x, w, stride=2),
+     lambda: (torch.randn(16, 32, 32, 32), torch.randn(32, 16, 3, 3)), True),
+    ("convolution", "conv3d 4x8x16x16x16, 3x3x3", F.conv3d,
+     lambda: (torch.randn(4, 8, 16, 16, 16), torch.randn(16, 8, 3, 3, 3)), True),
+    ("pooling", "max_pool3d 4x16x16x16x16, 2", lambda x: F.max_pool3d(x, 2),
+     lambda: (torch.randn(4, 16, 16, 16, 16),), True),
+    ("resampling", "interpolate bilinear 16x32x32x32 -> 64x64",
+     lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), lambda: (torch.randn(16, 32, 32, 32),), True),
+    ("resampling", "pad reflect 16x32x64x64, 3", lambda x: F.pad(x, (3, 3, 3, 3), mode="reflect"),
+     lambda: (torch.randn(16, 32, 64, 64),), True),
+    ("sorting", "sort 256x4096 dim 1", lambda x: torch.sort(x, 1)[0], lambda: (torch.randn(256, 4096),), True),
+    ("sorting", "topk 16 of 256x4096", lambda x: torch.topk(x, 16)[0], lambda: (torch.randn(256, 4096),), True),
+    ("searching", "searchsorted 1M in 4096", lambda s, v: torch.searchsorted(s, v),
+     lambda: (torch.randn(4096).sort()[0], torch.randn(1 << 20)), False),
+    ("counting", "histc 1M, 100 bins", lambda x: torch.histc(x, 100), lambda: (torch.randn(1 << 20),), False),
+    ("scans", "cumsum 1024x1024 dim 1", lambda x: torch.cumsum(x, 1), lambda: (torch.randn(1024, 1024),), True),
+    ("scans", "logcumsumexp 1024x1024", lambda x: torch.logcumsumexp(x, 1), lambda: (torch.randn(1024, 1024),),
+     True),
+    ("indexing", "scatter_reduce amax 1M -> 1024", lambda x, i: x.new_zeros(1024).scatter_reduce(0, i, x, "amax"),
+     lambda: (torch.randn(1 << 20), torch.randint(0, 1024, (1 << 20,))), False),
+    ("indexing", "embedding_bag mean 64k ids, 10k x 64", lambda w, i, o: F.embedding_bag(i, w, o, mode="mean"),
+     lambda: (torch.randn(10000, 64), torch.randint(0, 10000, (1 << 16,)), torch.arange(0, 1 << 16, 16)), True),
+    ("shapes", "roll 1024x1024 by (3, 5)", lambda x: torch.roll(x, (3, 5), (0, 1)),
+     lambda: (torch.randn(1024, 1024),), True),
+    ("special", "lgamma 1M", torch.lgamma, lambda: (torch.rand(1024, 1024) * 10,), True),
+    ("special", "digamma 1M", torch.digamma, lambda: (torch.rand(1024, 1024) * 10,), False),
+    ("special", "erfinv 1M", torch.erfinv, lambda: (torch.rand(1024, 1024) * 2 - 1,), True),
+    ("linear algebra", "vector_norm 1024x1024 dim 1", lambda x: torch.linalg.vector_norm(x, dim=1),
+     lambda: (torch.randn(1024, 1024),), True),
+    ("linear algebra", "cholesky 64 x 64x64", torch.linalg.cholesky, lambda: (_spd(64, 64),), True),
+    ("fft", "rfft 256x4096", lambda x: torch.fft.rfft(x).abs(), lambda: (torch.randn(256, 4096),), True),
+    ("losses", "cross_entropy 4096x1000", lambda x, y: F.cross_entropy(x, y),
+     lambda: (torch.randn(4096, 1000), torch.randint(0, 1000, (4096,))), True),
+    ("half precision", "bfloat16 matmul 512x512", torch.mm,
+     lambda: (torch.randn(512, 512).bfloat16(), torch.randn(512, 512).bfloat16()), False),
+    ("half precision", "float16 softmax 512x1024", lambda x: torch.softmax(x, -1),
+     lambda: (torch.randn(512, 1024).half(),), False),
+]
+
+
+def _spd(batch: int, n: int) -> torch.Tensor:
+    a = torch.randn(batch, n, n)
+    return a @ a.mT + n * torch.eye(n)
+
+
+def _lstm_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(32, 16, 128), torch.randn(1)  # the weights live in the module; w is a dummy leaf
+
+
+_LSTMS: dict[str, torch.nn.LSTM] = {}
+
+
+def _lstm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    if x.device.type not in _LSTMS:
+        torch.manual_seed(0)
+        _LSTMS[x.device.type] = torch.nn.LSTM(128, 128, num_layers=2).to(x.device)
+    return _LSTMS[x.device.type](x)[0] * w
+
+
+def operator_families() -> None:
+    """One or more operators per family added for the OpInfo coverage, against PyTorch CPU eager."""
+    print("operator families (forward, or forward+backward where marked fb); ratio = torch time / npu time:")
+    for family, case, fn, make, backward in FAMILY_CASES:
+        torch.manual_seed(0)
+        cpu_inputs = make()
+        npu_inputs = tuple(t.npu() for t in cpu_inputs)
+        if backward:
+            run_cpu, run_npu = _fwd_bwd(fn, *cpu_inputs), _fwd_bwd(fn, *npu_inputs)
+        else:
+            run_cpu = functools.partial(fn, *cpu_inputs)
+            run_npu = functools.partial(fn, *npu_inputs)
+        t_npu, t_cpu = best_of(run_npu, repeat=3), best_of(run_cpu, repeat=3)
+        print(f"  {family:<15} {case:<42} {'fb' if backward else 'f ':2}  npu {t_npu * 1e3:8.2f} ms   "
+              f"torch {t_cpu * 1e3:8.2f} ms   ratio {t_cpu / t_npu:5.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="skip the compile-cost probe")
@@ -146,6 +246,7 @@ def main() -> None:
     training_step("MLP training step", models.mlp, 64)
     training_step("CNN training step", models.SmallCNN, 32)
     training_step("transformer block step", models.TransformerBlock, 16)
+    operator_families()
     if not args.quick:
         compile_cost()
 

@@ -38,7 +38,7 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.fallback import report as fallback_report
     from .device.memory import set_capacity as _set_capacity
     from .grading import check, checklist, progress
-    from .ops.registry import claimed_ops
+    from .ops.registry import claimed_ops, without_kernels
     from .profiler import coverage, profile
 
 __version__ = "0.1.0"
@@ -62,6 +62,7 @@ __all__ = [
     "set_memory_capacity",
     "transfer_stats",
     "verify",
+    "without_kernels",
 ]
 
 

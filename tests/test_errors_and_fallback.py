@@ -8,6 +8,15 @@ import torch
 import npu_lab
 
 
+@pytest.fixture
+def no_erfinv():
+    """These tests need an operator with no npu kernel: erfinv's shipped kernels are taken out."""
+    names = [n for n in ("aten::erfinv", "aten::erfinv_")
+             if any(c == n or c.startswith(n + ".") for c in npu_lab.claimed_ops())]
+    with npu_lab.without_kernels(*names):
+        yield
+
+
 def test_mixing_devices_raises():
     a = torch.ones(3, device="npu")
     b = torch.ones(3)
@@ -40,7 +49,7 @@ def test_inplace_type_error():
         a.add_(torch.ones(3, device="npu") * 0.5)
 
 
-def test_unsupported_op_error_has_pytorch_text_and_hint(fallback_off):
+def test_unsupported_op_error_has_pytorch_text_and_hint(fallback_off, no_erfinv):
     x = torch.randn(4, device="npu")
     with pytest.raises(NotImplementedError) as err:
         torch.ops.aten.erfinv(x)
@@ -51,7 +60,7 @@ def test_unsupported_op_error_has_pytorch_text_and_hint(fallback_off):
     assert (x * 0).sum().item() == 0
 
 
-def test_fallback_runs_on_cpu_records_and_warns_once():
+def test_fallback_runs_on_cpu_records_and_warns_once(no_erfinv):
     npu_lab.set_cpu_fallback(True)
     try:
         x_cpu = torch.rand(6) * 1.8 - 0.9
@@ -74,7 +83,7 @@ def test_fallback_runs_on_cpu_records_and_warns_once():
         npu_lab.set_cpu_fallback(False)
 
 
-def test_fallback_writes_back_inplace_results():
+def test_fallback_writes_back_inplace_results(no_erfinv):
     npu_lab.set_cpu_fallback(True)
     try:
         x_cpu = torch.linspace(-0.5, 0.5, 5)
@@ -98,3 +107,51 @@ def test_oom_loses_nothing():
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(total, dtype=torch.uint8, device="npu") + 1
     assert keep.cpu().tolist() == list(map(float, range(10)))
+
+
+def test_without_kernels_takes_a_shipped_kernel_out_and_puts_it_back(fallback_off):
+    import torch.nn.functional as F
+
+    x = torch.randn(5, device="npu")
+    with npu_lab.without_kernels("aten::silu") as removed:
+        assert sorted(removed.names) == ["aten::silu", "aten::silu.out"]
+        assert "aten::silu" not in npu_lab.claimed_ops()
+        with pytest.raises(NotImplementedError, match="Could not run 'aten::silu.out'"):
+            F.silu(x)
+        lib = torch.library.Library("aten", "IMPL")  # the learner's own kernel fits the empty slot
+        lib.impl("silu", lambda t: t * torch.sigmoid(t), "PrivateUse1")
+        torch.testing.assert_close(F.silu(x).cpu(), F.silu(x.cpu()))
+        lib._destroy()
+    assert "aten::silu" in npu_lab.claimed_ops()
+    torch.testing.assert_close(F.silu(x).cpu(), F.silu(x.cpu()))
+    with pytest.raises(KeyError, match="no npu kernel from npu_lab"):
+        npu_lab.without_kernels("aten::not_an_operator")
+
+
+@pytest.fixture
+def fallback_on():
+    prev = npu_lab.cpu_fallback_enabled()
+    npu_lab.set_cpu_fallback(True)
+    yield
+    npu_lab.set_cpu_fallback(prev)
+
+
+COMPLEX_UNARY = ["abs", "sgn", "exp", "sqrt", "log", "neg", "reciprocal", "sin", "tanh", "sigmoid", "angle",
+                 "isfinite", "square", "rsqrt", "expm1", "log1p"]
+
+
+@pytest.mark.parametrize("name", COMPLEX_UNARY)
+def test_a_kernel_that_cannot_do_complex_defers_to_the_fallback(name, fallback_on):
+    """numba kernels written for real numbers decline complex inputs instead of raising a numba error."""
+    z = torch.randn(7, dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = getattr(torch, name)(z.to("npu"))
+    want = getattr(torch, name)(z)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
+def test_complex_abs_without_the_fallback_is_pytorchs_missing_kernel_error(fallback_off):
+    with pytest.raises(NotImplementedError, match="(?s)Could not run 'aten::abs'.*complex tensor"):
+        torch.randn(3, dtype=torch.complex64).to("npu").abs()

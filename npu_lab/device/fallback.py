@@ -7,8 +7,8 @@ backend" error, plus a one-line hint. Opt in to a CPU fallback (like MPS's
 results are copied back, a warning is given once per operator, and every
 fallback is recorded so the profiler and the coverage report can list them.
 
-The mechanism is a *backend fallback* on the PrivateUse1 dispatch key: one
-boxed kernel the dispatcher calls for any operator with no npu kernel.
+The mechanism is a *backend fallback* on the PrivateUse1 dispatch key (and its
+sparse twins): one boxed kernel the dispatcher calls for any operator with no npu kernel.
 """
 
 from __future__ import annotations
@@ -57,7 +57,13 @@ def not_implemented_message(name: str) -> str:
 
 def _to_cpu(x: object) -> object:
     if isinstance(x, torch.Tensor) and x.device.type == "npu":
-        return x.to("cpu")
+        y = x.to("cpu")
+        # A few CPU kernels look at requires_grad below autograd (sparse.mm's "amax" keeps its argmax
+        # only then, and its backward reads it): the CPU copy must look as the npu tensor does.
+        # Autograd is already handled above this key, so nothing is recorded on the copy.
+        if x.requires_grad and (y.is_floating_point() or y.is_complex()):
+            y.requires_grad_(True)
+        return y
     if isinstance(x, torch.device) and x.type == "npu":
         return torch.device("cpu")
     return x
@@ -115,6 +121,15 @@ def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object)
     return tree_map(back, result)
 
 
+class NotHandled(Exception):  # noqa: N818 - a signal to the registry, not an error a user sees
+    """Raised by an npu kernel, before it writes anything, for a case it does not implement.
+
+    The registry's wrapper turns it into :func:`unsupported` for the kernel's own operator
+    (the CPU fallback, or PyTorch's "Could not run" error with the fallback off), so a kernel
+    deep in a helper can decline a case without knowing which overload called it.
+    """
+
+
 def unsupported(op: torch._ops.OpOverload, args: tuple, kwargs: dict, why: str) -> object:
     """What an npu kernel does with a case it does not implement (say, a 5-D convolution).
 
@@ -136,7 +151,10 @@ def install() -> None:
     global _lib
     if _lib is None:
         _lib = torch.library.Library("_", "IMPL")
-        _lib.fallback(_fallback_kernel, "PrivateUse1")
+        # Dense npu tensors, and sparse ones (COO; CSR and the other compressed layouts): the runtime
+        # registers PyTorch's device-generic sparse kernels (csrc/aten/NpuSparse.cpp), the rest falls back.
+        for key in ("PrivateUse1", "SparsePrivateUse1", "SparseCsrPrivateUse1"):
+            _lib.fallback(_fallback_kernel, key)
 
 
 def report() -> dict[str, int]:

@@ -83,11 +83,9 @@ def max_pool(x, kh, kw, sh, sw, ph, pw, dh, dw, out, idx):
                         if iw < 0 or iw >= w_:
                             continue
                         v = x[p, ih, iw]
-                        if bi < 0 or v > best or v != v:
+                        if bi < 0 or v > best or v != v:  # as the CPU: the last NaN wins
                             best = v
                             bi = ih * w_ + iw
-                            if v != v:
-                                break
                 out[p, oh, ow] = best
                 idx[p, oh, ow] = bi
 
@@ -205,3 +203,281 @@ def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     if ceil_mode and (out - 1) * s >= size + p:
         out -= 1
     return out
+
+
+# --- 3-D (and transposed) convolution: vol2col / col2vol ----------------------------------------------
+
+@numba.njit(parallel=True, **_opts)
+def vol2col(x, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, cols):
+    """x: (N, C, D, H, W) -> cols: (N*od*oh*ow, C*kd*kh*kw); reads outside the volume are zeros."""
+    n_, c_, d_, h_, w_ = x.shape
+    for t in prange(n_ * od_ * oh_):
+        n = t // (od_ * oh_)
+        od = (t // oh_) % od_
+        oh = t % oh_
+        for ow in range(ow_):
+            row = ((n * od_ + od) * oh_ + oh) * ow_ + ow
+            for c in range(c_):
+                for a in range(kd):
+                    iz = od * sd - pd + a * dd
+                    for i in range(kh):
+                        iy = oh * sh - ph + i * dh
+                        for j in range(kw):
+                            ix = ow * sw - pw + j * dw
+                            col = ((c * kd + a) * kh + i) * kw + j
+                            if 0 <= iz < d_ and 0 <= iy < h_ and 0 <= ix < w_:
+                                cols[row, col] = x[n, c, iz, iy, ix]
+                            else:
+                                cols[row, col] = 0.0
+
+
+@numba.njit(parallel=True, **_opts)
+def col2vol(cols, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, out):
+    """Adjoint of vol2col: out (N, C, D, H, W) = the sum of cols (N*od*oh*ow, C*kd*kh*kw) at their positions."""
+    n_, c_, d_, h_, w_ = out.shape
+    for t in prange(n_ * c_):
+        n = t // c_
+        c = t % c_
+        for iz in range(d_):
+            for iy in range(h_):
+                for ix in range(w_):
+                    out[n, c, iz, iy, ix] = 0.0
+        for od in range(od_):
+            for a in range(kd):
+                iz = od * sd - pd + a * dd
+                if iz < 0 or iz >= d_:
+                    continue
+                for oh in range(oh_):
+                    for i in range(kh):
+                        iy = oh * sh - ph + i * dh
+                        if iy < 0 or iy >= h_:
+                            continue
+                        for ow in range(ow_):
+                            row = ((n * od_ + od) * oh_ + oh) * ow_ + ow
+                            for j in range(kw):
+                                ix = ow * sw - pw + j * dw
+                                if 0 <= ix < w_:
+                                    out[n, c, iz, iy, ix] += cols[row, ((c * kd + a) * kh + i) * kw + j]
+
+
+# --- 3-D, adaptive and fractional pooling -------------------------------------------------------------
+
+@numba.njit(parallel=True, **_opts)
+def max_pool3d(x, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, out, idx):
+    """x: (P, D, H, W); out/idx: (P, OD, OH, OW); idx is the flat (d*H+h)*W+w of the max.
+
+    As the CPU: the first element in the window starts as the maximum, a larger value or a NaN replaces it.
+    """
+    p_, d_, h_, w_ = x.shape
+    od_, oh_, ow_ = out.shape[1], out.shape[2], out.shape[3]
+    for t in prange(p_ * od_):
+        p = t // od_
+        od = t % od_
+        z0 = od * sd - pd
+        while z0 < 0:
+            z0 += dd
+        for oh in range(oh_):
+            y0 = oh * sh - ph
+            while y0 < 0:
+                y0 += dh
+            for ow in range(ow_):
+                x0 = ow * sw - pw
+                while x0 < 0:
+                    x0 += dw
+                z1 = min(od * sd - pd + (kd - 1) * dd + 1, d_)
+                y1 = min(oh * sh - ph + (kh - 1) * dh + 1, h_)
+                x1 = min(ow * sw - pw + (kw - 1) * dw + 1, w_)
+                best = -np.inf
+                bi = (z0 * h_ + y0) * w_ + x0
+                for iz in range(z0, z1, dd):
+                    for iy in range(y0, y1, dh):
+                        for ix in range(x0, x1, dw):
+                            v = x[p, iz, iy, ix]
+                            if v > best or v != v:
+                                best = v
+                                bi = (iz * h_ + iy) * w_ + ix
+                out[p, od, oh, ow] = best
+                idx[p, od, oh, ow] = bi
+
+
+@numba.njit(parallel=True, **_opts)
+def box_max(x, zs, ze, ys, ye, xs, xe, out, idx):
+    """Max over the box [zs[o], ze[o]) x [ys[o], ye[o]) x [xs[o], xe[o]) of each (P, D, H, W) plane.
+
+    Adaptive and fractional max pooling: the box bounds come per output index. idx gets the flat
+    position of the max in its plane; NaN wins, as on the CPU.
+    """
+    p_, d_, h_, w_ = x.shape
+    od_, oh_, ow_ = out.shape[1], out.shape[2], out.shape[3]
+    for t in prange(p_ * od_):
+        p = t // od_
+        od = t % od_
+        for oh in range(oh_):
+            for ow in range(ow_):
+                best = -np.inf
+                bi = (zs[od] * h_ + ys[oh]) * w_ + xs[ow]
+                for iz in range(zs[od], ze[od]):
+                    for iy in range(ys[oh], ye[oh]):
+                        for ix in range(xs[ow], xe[ow]):
+                            v = x[p, iz, iy, ix]
+                            if v > best or v != v:
+                                best = v
+                                bi = (iz * h_ + iy) * w_ + ix
+                out[p, od, oh, ow] = best
+                idx[p, od, oh, ow] = bi
+
+
+@numba.njit(parallel=True, **_opts)
+def fractional_max(x, zs, ys, xs, kd, kh, kw, out, idx):
+    """Fractional max pooling: the window of output (p, od, oh, ow) starts at (zs[p, od], ys[p, oh], xs[p, ow])."""
+    p_, d_, h_, w_ = x.shape
+    od_, oh_, ow_ = out.shape[1], out.shape[2], out.shape[3]
+    for p in prange(p_):
+        for od in range(od_):
+            for oh in range(oh_):
+                for ow in range(ow_):
+                    z0, y0, x0 = zs[p, od], ys[p, oh], xs[p, ow]
+                    best = -np.inf
+                    bi = (z0 * h_ + y0) * w_ + x0
+                    for iz in range(z0, z0 + kd):
+                        for iy in range(y0, y0 + kh):
+                            for ix in range(x0, x0 + kw):
+                                v = x[p, iz, iy, ix]
+                                if v > best or v != v:
+                                    best = v
+                                    bi = (iz * h_ + iy) * w_ + ix
+                    out[p, od, oh, ow] = best
+                    idx[p, od, oh, ow] = bi
+
+
+@numba.njit(parallel=True, **_opts)
+def avg_pool3d(x, kd, kh, kw, sd, sh, sw, pd, ph, pw, count_include_pad, divisor, out):
+    """x: (P, D, H, W) -> out: (P, OD, OH, OW), PyTorch's avg_pool3d (padding, count_include_pad, divisor)."""
+    p_, d_, h_, w_ = x.shape
+    od_, oh_, ow_ = out.shape[1], out.shape[2], out.shape[3]
+    for t in prange(p_ * od_):
+        p = t // od_
+        od = t % od_
+        z0 = od * sd - pd
+        z1 = min(z0 + kd, d_ + pd)
+        for oh in range(oh_):
+            y0 = oh * sh - ph
+            y1 = min(y0 + kh, h_ + ph)
+            for ow in range(ow_):
+                x0 = ow * sw - pw
+                x1 = min(x0 + kw, w_ + pw)
+                pool = (z1 - z0) * (y1 - y0) * (x1 - x0)
+                zs, ys, xs = max(z0, 0), max(y0, 0), max(x0, 0)
+                ze, ye, xe = min(z1, d_), min(y1, h_), min(x1, w_)
+                acc = 0.0
+                for iz in range(zs, ze):
+                    for iy in range(ys, ye):
+                        for ix in range(xs, xe):
+                            acc += x[p, iz, iy, ix]
+                if divisor != 0:
+                    dv = divisor
+                elif count_include_pad:
+                    dv = pool
+                else:
+                    dv = (ze - zs) * (ye - ys) * (xe - xs)
+                out[p, od, oh, ow] = acc / dv if dv != 0 else 0.0
+
+
+@numba.njit(parallel=True, **_opts)
+def avg_pool3d_backward(grad, kd, kh, kw, sd, sh, sw, pd, ph, pw, count_include_pad, divisor, out):
+    """Adjoint of avg_pool3d: out (P, D, H, W) from grad (P, OD, OH, OW)."""
+    p_, od_, oh_, ow_ = grad.shape
+    d_, h_, w_ = out.shape[1], out.shape[2], out.shape[3]
+    for p in prange(p_):
+        for iz in range(d_):
+            for iy in range(h_):
+                for ix in range(w_):
+                    out[p, iz, iy, ix] = 0.0
+        for od in range(od_):
+            z0 = od * sd - pd
+            z1 = min(z0 + kd, d_ + pd)
+            for oh in range(oh_):
+                y0 = oh * sh - ph
+                y1 = min(y0 + kh, h_ + ph)
+                for ow in range(ow_):
+                    x0 = ow * sw - pw
+                    x1 = min(x0 + kw, w_ + pw)
+                    pool = (z1 - z0) * (y1 - y0) * (x1 - x0)
+                    zs, ys, xs = max(z0, 0), max(y0, 0), max(x0, 0)
+                    ze, ye, xe = min(z1, d_), min(y1, h_), min(x1, w_)
+                    if divisor != 0:
+                        dv = divisor
+                    elif count_include_pad:
+                        dv = pool
+                    else:
+                        dv = (ze - zs) * (ye - ys) * (xe - xs)
+                    if dv == 0:
+                        continue
+                    g = grad[p, od, oh, ow] / dv
+                    for iz in range(zs, ze):
+                        for iy in range(ys, ye):
+                            for ix in range(xs, xe):
+                                out[p, iz, iy, ix] += g
+
+
+@numba.njit(parallel=True, **_opts)
+def box_mean(x, zs, ze, ys, ye, xs, xe, out):
+    """Mean over per-output boxes of each (P, D, H, W) plane (adaptive average pooling)."""
+    p_ = x.shape[0]
+    od_, oh_, ow_ = out.shape[1], out.shape[2], out.shape[3]
+    for t in prange(p_ * od_):
+        p = t // od_
+        od = t % od_
+        for oh in range(oh_):
+            for ow in range(ow_):
+                acc = 0.0
+                for iz in range(zs[od], ze[od]):
+                    for iy in range(ys[oh], ye[oh]):
+                        for ix in range(xs[ow], xe[ow]):
+                            acc += x[p, iz, iy, ix]
+                out[p, od, oh, ow] = acc / ((ze[od] - zs[od]) * (ye[oh] - ys[oh]) * (xe[ow] - xs[ow]))
+
+
+@numba.njit(parallel=True, **_opts)
+def box_mean_backward(grad, zs, ze, ys, ye, xs, xe, out):
+    """Adjoint of box_mean: out (P, D, H, W) from grad (P, OD, OH, OW)."""
+    p_, od_, oh_, ow_ = grad.shape
+    d_, h_, w_ = out.shape[1], out.shape[2], out.shape[3]
+    for p in prange(p_):
+        for iz in range(d_):
+            for iy in range(h_):
+                for ix in range(w_):
+                    out[p, iz, iy, ix] = 0.0
+        for od in range(od_):
+            for oh in range(oh_):
+                for ow in range(ow_):
+                    g = grad[p, od, oh, ow] / ((ze[od] - zs[od]) * (ye[oh] - ys[oh]) * (xe[ow] - xs[ow]))
+                    for iz in range(zs[od], ze[od]):
+                        for iy in range(ys[oh], ye[oh]):
+                            for ix in range(xs[ow], xe[ow]):
+                                out[p, iz, iy, ix] += g
+
+
+@numba.njit(parallel=True, **_opts)
+def scatter_planes(src, idx, out, size):
+    """out (P, size) = zeros, then out[p, idx[p, k]] = src[p, k] (max_unpool); returns the first bad index or -1.
+
+    A bad index (outside [0, size)) stops its plane; the caller raises.
+    """
+    p_, k_ = src.shape
+    bad = np.full(p_, -1, dtype=np.int64)
+    found = np.zeros(p_, dtype=np.bool_)
+    for p in prange(p_):
+        for k in range(size):
+            out[p, k] = 0
+        for k in range(k_):
+            i = idx[p, k]
+            if i < 0 or i >= size:
+                bad[p] = i
+                found[p] = True
+                break
+            out[p, i] = src[p, k]
+    for p in range(p_):
+        if found[p]:
+            return bad[p], True
+    return np.int64(-1), False

@@ -81,3 +81,92 @@ def randperm(bits, out):
         t = out[i]
         out[i] = out[j]
         out[j] = t
+
+
+@numba.njit(inline="always")
+def _open01(b):
+    """A uniform double in the open interval (0, 1) from 53 random bits."""
+    return ((b >> np.uint64(11)) + 0.5) * _F53
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def exponential(bits, out, lambd):
+    """Exponential(lambd) by inversion: -log(U) / lambd with U in (0, 1)."""
+    for i in prange(out.shape[0]):
+        out[i] = -math.log(_open01(bits[i])) / lambd
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def cauchy(bits, out, median, sigma):
+    """Cauchy(median, sigma) by inversion: median + sigma * tan(pi * (U - 1/2))."""
+    for i in prange(out.shape[0]):
+        out[i] = median + sigma * math.tan(math.pi * (_open01(bits[i]) - 0.5))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def geometric(bits, out, log1m_p):
+    """Geometric(p) on {1, 2, ...} (trials to the first success): ceil(log(U) / log(1 - p))."""
+    for i in prange(out.shape[0]):
+        out[i] = math.ceil(math.log(_open01(bits[i])) / log1m_p)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def log_normal(bits, out, mean, std):
+    """exp(Normal(mean, std)) (Box-Muller as :func:`normal`, two raw values per pair of outputs)."""
+    n = out.shape[0]
+    for p in prange((n + 1) // 2):
+        u1 = ((bits[2 * p] >> np.uint64(11)) + 1) * _F53
+        u2 = (bits[2 * p + 1] >> np.uint64(11)) * _F53
+        r = math.sqrt(-2.0 * math.log(u1))
+        theta = 2.0 * math.pi * u2
+        out[2 * p] = math.exp(mean + std * r * math.cos(theta))
+        if 2 * p + 1 < n:
+            out[2 * p + 1] = math.exp(mean + std * r * math.sin(theta))
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def multinomial_replacement(bits, probs, out):
+    """out[r, s] ~ Categorical(probs[r]) (unnormalised weights) by inverting the cumulative sum.
+
+    The category is the first whose running sum exceeds U * total, so a zero weight is never drawn.
+    """
+    rows, k = probs.shape
+    n = out.shape[1]
+    for r in prange(rows):
+        cdf = np.empty(k, np.float64)
+        acc = 0.0
+        last = 0
+        for j in range(k):
+            acc += probs[r, j]
+            cdf[j] = acc
+            if probs[r, j] > 0:
+                last = j
+        for s in range(n):
+            target = (bits[r * n + s] >> np.uint64(11)) * _F53 * acc
+            lo = 0
+            hi = k  # first j with cdf[j] > target
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if cdf[mid] > target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out[r, s] = lo if lo < k else last
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def multinomial_no_replacement(bits, probs, out):
+    """out[r] = the categories of the n largest probs[r, j] / E_j, E_j ~ Exponential(1) (the CPU's method).
+
+    Taking the top n of those keys samples without replacement with probabilities proportional
+    to the weights; zero weights come last.
+    """
+    rows, k = probs.shape
+    n = out.shape[1]
+    for r in prange(rows):
+        keys = np.empty(k, np.float64)
+        for j in range(k):
+            keys[j] = -(probs[r, j] / -math.log(_open01(bits[r * k + j])))
+        order = np.argsort(keys, kind="mergesort")
+        for s in range(n):
+            out[r, s] = order[s]

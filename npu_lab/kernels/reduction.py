@@ -129,8 +129,7 @@ def var_rows(x, out, correction):
         for j in range(n):
             d = x[r, j] - mean
             acc += d * d
-        denom = n - correction
-        out[r] = acc / denom if denom > 0 else math.nan
+        out[r] = acc / max(n - correction, 0.0)
 
 
 @numba.njit(parallel=True, **_opts)
@@ -185,3 +184,132 @@ def count_nonzero_rows(x, out):
             if x[r, j] != 0:
                 n += 1
         out[r] = n
+
+
+@numba.njit(parallel=True, **_opts)
+def prod_rows_int(x, out):
+    """Integer row products (int64 accumulator, wrapping as PyTorch's does)."""
+    for r in prange(x.shape[0]):
+        acc = 1
+        for j in range(x.shape[1]):
+            acc *= x[r, j]
+        out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def nansum_rows(x, out):
+    """Row sums skipping NaNs (float64 accumulator)."""
+    for r in prange(x.shape[0]):
+        acc = 0.0
+        for j in range(x.shape[1]):
+            v = x[r, j]
+            if v == v:
+                acc += v
+        out[r] = acc
+
+
+@numba.njit(parallel=True, **_opts)
+def norm_rows(x, out, p):
+    """Vector p-norm of each row of a real array: (sum |x|^p)^(1/p), with p = 0 (count of
+    non-zeros), 1, 2, +inf (max |x|) and -inf (min |x|) as their own loops; NaN propagates."""
+    n = x.shape[1]
+    for r in prange(x.shape[0]):
+        if p == 2.0:
+            acc = 0.0
+            for j in range(n):
+                v = np.float64(x[r, j])
+                acc += v * v
+            out[r] = math.sqrt(acc)
+        elif p == 1.0:
+            acc = 0.0
+            for j in range(n):
+                acc += abs(np.float64(x[r, j]))
+            out[r] = acc
+        elif p == np.inf or p == -np.inf:
+            best = abs(np.float64(x[r, 0])) if n else 0.0
+            for j in range(1, n):
+                if best != best:
+                    break
+                v = abs(np.float64(x[r, j]))
+                if v != v or (p > 0 and v > best) or (p < 0 and v < best):
+                    best = v
+            out[r] = best
+        elif p == 0.0:
+            acc = 0.0
+            for j in range(n):
+                if x[r, j] != 0:
+                    acc += 1.0
+            out[r] = acc
+        else:
+            acc = 0.0
+            for j in range(n):
+                acc += abs(np.float64(x[r, j])) ** p
+            out[r] = acc ** (1.0 / p)
+
+
+@numba.njit(parallel=True, **_opts)
+def var_mean_rows(x, var, mean, correction):
+    """Two-pass variance (divided by max(0, n - correction): inf or NaN when that is 0) and mean per row."""
+    n = x.shape[1]
+    for r in prange(x.shape[0]):
+        m = 0.0
+        for j in range(n):
+            m += x[r, j]
+        m = m / n if n else math.nan
+        acc = 0.0
+        for j in range(n):
+            d = x[r, j] - m
+            acc += d * d
+        var[r] = acc / max(n - correction, 0.0)
+        mean[r] = m
+
+
+@numba.njit(parallel=True, **_opts)
+def minmax_rows(x, lo, hi):
+    """Row minimum and maximum (NaN wins both)."""
+    for r in prange(x.shape[0]):
+        mn = x[r, 0]
+        mx = x[r, 0]
+        for j in range(1, x.shape[1]):
+            v = x[r, j]
+            if v != v:
+                mn = v
+                mx = v
+                break
+            if v < mn:
+                mn = v
+            if v > mx:
+                mx = v
+        lo[r] = mn
+        hi[r] = mx
+
+
+@numba.njit(**_opts)
+def dot(a, b, acc):
+    """acc + sum(a * b) of two 1-D arrays; the type of ``acc`` (0.0, 0, 0j) is the accumulator's."""
+    for i in range(a.shape[0]):
+        acc += a[i] * b[i]
+    return acc
+
+
+@numba.njit(**_opts)
+def trace(x, acc):
+    """acc + the sum of the main diagonal of a 2-D array (``acc`` sets the accumulator's type)."""
+    for i in range(min(x.shape[0], x.shape[1])):
+        acc += x[i, i]
+    return acc
+
+
+@numba.njit(parallel=True, **_opts)
+def all_equal(a, b):
+    """Whether two 1-D arrays of equal length are elementwise equal (NaN != NaN)."""
+    n = a.shape[0]
+    chunks = 8
+    step = (n + chunks - 1) // chunks
+    bad = np.zeros(chunks, np.bool_)
+    for c in prange(chunks):
+        for i in range(c * step, min(n, (c + 1) * step)):
+            if not (a[i] == b[i]):
+                bad[c] = True
+                break
+    return not bad.any()

@@ -12,6 +12,8 @@ from numba import types
 from numba.extending import overload
 
 from .fast_math import fast_erf, fast_exp, fast_sigmoid, fast_tanh  # noqa: F401 (generated kernels call them)
+from .special import *  # noqa: F403 (special functions and PyTorch-exact helpers: generated kernels call them)
+from .special import div_floor
 
 _inline = numba.njit(inline="always", cache=True)
 
@@ -183,12 +185,14 @@ def where(c, a, b):
 
 @_inline
 def floor_div(a, b):
-    return math.floor(a / b)
+    """Floor division of floats, PyTorch's way (see :func:`npu_lab.kernels.special.div_floor`)."""
+    return div_floor(a, b)
 
 
 @_inline
 def trunc_div(a, b):
-    return math.trunc(a / b)
+    """Truncating division of floats: trunc(a / b), a float (inf and NaN stay what they are)."""
+    return np.trunc(a / b)
 
 
 @_inline

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..device import fallback
 from ..kernels import conv as ck
 from ..kernels import matmul as mk
+from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
 from .copy import device_copy
 from .linalg import tiles
@@ -78,14 +78,164 @@ def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
+# --- 3-D and transposed convolutions: vol2col / col2vol on (N, C, D, H, W) ------------------------------
+
+def _triple(v, nd: int, fill: int) -> tuple[int, int, int]:
+    """A 1-, 2- or 3-D convolution parameter as its 3-D form (leading dimensions get ``fill``)."""
+    v = _pair(v, nd)
+    return (fill,) * (3 - nd) + tuple(int(e) for e in v)
+
+
+def _as_5d(t: torch.Tensor) -> np.ndarray:
+    """(N, C, *spatial) with 1-3 spatial dimensions as a contiguous (N, C, D, H, W) array."""
+    a = as_array(t.contiguous())
+    return a.reshape(*a.shape[:2], *(1,) * (5 - a.ndim), *a.shape[2:])
+
+
+def _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups):
+    """The 3-D form of a convolution's parameters and its output's spatial size."""
+    nd = input.dim() - 2
+    if nd not in (1, 2, 3) or weight.dim() != input.dim():
+        raise RuntimeError(f"Expected {weight.dim()}D (unbatched) or {weight.dim() + 1}D (batched) input to "
+                           f"conv, but got input of size: {list(input.shape)}")
+    s, p, d = _triple(stride, nd, 1), _triple(padding, nd, 0), _triple(dilation, nd, 1)
+    op = _triple(output_padding, nd, 0) if transposed else (0, 0, 0)
+    k = (1,) * (3 - nd) + tuple(int(e) for e in weight.shape[2:])
+    size = (1,) * (3 - nd) + tuple(int(e) for e in input.shape[2:])
+    if transposed:
+        out = tuple((size[i] - 1) * s[i] - 2 * p[i] + d[i] * (k[i] - 1) + op[i] + 1 for i in range(3))
+    else:
+        out = tuple((size[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(3))
+    if min(out) <= 0:
+        raise RuntimeError(f"Calculated output size: ({'x'.join(str(max(e, 0)) for e in out[3 - nd:])}). "
+                           "Output size is too small")
+    return nd, k, s, p, d, out
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """(N, C, D, H, W) -> contiguous (N*D*H*W, C): a matmul operand with one row per position."""
+    n, c = a.shape[:2]
+    return np.ascontiguousarray(np.moveaxis(a, 1, -1).reshape(-1, c))
+
+
+def _unrows(r: np.ndarray, n: int, spatial: tuple[int, ...]) -> np.ndarray:
+    """Inverse of :func:`_rows` (a strided view)."""
+    return np.moveaxis(r.reshape(n, *spatial, r.shape[1]), -1, 1)
+
+
+def _vol2col(x: np.ndarray, k, s, p, d, out) -> np.ndarray:
+    n, c = x.shape[:2]
+    cols = np.empty((n * out[0] * out[1] * out[2], c * k[0] * k[1] * k[2]), dtype=x.dtype)
+    sized(ck.vol2col, cols.size)(np.ascontiguousarray(x), *k, *s, *p, *d, *out, cols)
+    return cols
+
+
+def _col2vol(cols: np.ndarray, n: int, c: int, size, k, s, p, d, out) -> np.ndarray:
+    vol = np.empty((n, c, *size), dtype=cols.dtype)
+    sized(ck.col2vol, cols.size)(np.ascontiguousarray(cols), *k, *s, *p, *d, *out, vol)
+    return vol
+
+
+def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """3-D convolutions, and transposed 1-3-D ones (the adjoint of a convolution: matmul, then col2vol)."""
+    nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    x, w = _as_5d(input), _as_5d(weight)
+    n, c = x.shape[:2]
+    size = x.shape[2:]
+    kk = k[0] * k[1] * k[2]
+    if transposed:  # weight (C_in, C_out/groups, k...): y = col2vol(x_rows @ W)
+        cg, og = c // groups, w.shape[1]
+        o = og * groups
+        xr, wt = _rows(x), w.reshape(c, og * kk)
+        y = np.empty((n, o, *osz), dtype=x.dtype)
+        for g in range(groups):
+            cols = _mm(np.ascontiguousarray(xr[:, g * cg:(g + 1) * cg]), wt[g * cg:(g + 1) * cg])
+            y[:, g * og:(g + 1) * og] = _col2vol(cols, n, og, osz, k, s, p, d, size)
+        flops = 2.0 * n * size[0] * size[1] * size[2] * c * og * kk
+    else:  # weight (C_out, C_in/groups, k...): y_rows = vol2col(x) @ W^T
+        o, cg = w.shape[:2]
+        og = o // groups
+        wt = w.reshape(o, cg * kk)
+        result = np.empty((n * osz[0] * osz[1] * osz[2], o), dtype=x.dtype)
+        for g in range(groups):
+            cols = _vol2col(x[:, g * cg:(g + 1) * cg], k, s, p, d, osz)
+            result[:, g * og:(g + 1) * og] = _mm(cols, np.ascontiguousarray(wt[g * og:(g + 1) * og].T))
+        y = _unrows(result, n, osz)
+        flops = 2.0 * n * osz[0] * osz[1] * osz[2] * o * cg * kk
+    out = empty((n, o, *osz[3 - nd:]), input.dtype)
+    oa = as_array(out).reshape(y.shape)
+    oa[...] = y
+    if bias is not None:
+        oa += as_array(bias).reshape(1, o, 1, 1, 1)
+    positions = n * (size[0] * size[1] * size[2] if transposed else osz[0] * osz[1] * osz[2])
+    extra = 2 * positions * (o if transposed else c) * kk * out.element_size()
+    launch(f"conv_transpose{nd}d" if transposed else f"conv{nd}d", flops, nbytes(input) + nbytes(weight) + extra,
+           nbytes(out) + extra)
+    return out
+
+
+def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+                             groups, output_mask):
+    """Gradients of :func:`_convolution_nd` (each the other direction's forward, or a matmul of the same operands)."""
+    nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
+    x, w, gy = _as_5d(input), _as_5d(weight), _as_5d(grad_output)
+    n, c = x.shape[:2]
+    size = x.shape[2:]
+    kk = k[0] * k[1] * k[2]
+    gx = gw = None
+    if transposed:
+        cg, og = c // groups, w.shape[1]
+        wt = w.reshape(c, og * kk)
+        xr = _rows(x) if output_mask[1] else None
+        gx_rows = np.empty((n * size[0] * size[1] * size[2], c), dtype=x.dtype) if output_mask[0] else None
+        gw = np.empty((c, og * kk), dtype=x.dtype) if output_mask[1] else None
+        for g in range(groups):
+            cols = _vol2col(gy[:, g * og:(g + 1) * og], k, s, p, d, size)
+            if output_mask[0]:
+                gx_rows[:, g * cg:(g + 1) * cg] = _mm(cols, np.ascontiguousarray(wt[g * cg:(g + 1) * cg].T))
+            if output_mask[1]:
+                gw[g * cg:(g + 1) * cg] = _mm(np.ascontiguousarray(xr[:, g * cg:(g + 1) * cg].T), cols)
+        if output_mask[0]:
+            gx = _unrows(gx_rows, n, size)
+        o = og * groups
+    else:
+        o, cg = w.shape[:2]
+        og = o // groups
+        wt = w.reshape(o, cg * kk)
+        gyr = _rows(gy)
+        gx = np.empty(x.shape, dtype=x.dtype) if output_mask[0] else None
+        gw = np.empty((o, cg * kk), dtype=x.dtype) if output_mask[1] else None
+        for g in range(groups):
+            gyg = np.ascontiguousarray(gyr[:, g * og:(g + 1) * og])
+            if output_mask[0]:
+                dcols = _mm(gyg, np.ascontiguousarray(wt[g * og:(g + 1) * og]))
+                gx[:, g * cg:(g + 1) * cg] = _col2vol(dcols, n, cg, size, k, s, p, d, osz)
+            if output_mask[1]:
+                cols = _vol2col(x[:, g * cg:(g + 1) * cg], k, s, p, d, osz)
+                gw[g * og:(g + 1) * og] = _mm(np.ascontiguousarray(gyg.T), cols)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        grad_input = empty(input.shape, input.dtype)
+        as_array(grad_input)[...] = gx.reshape(input.shape)
+    if output_mask[1]:
+        grad_weight = empty(weight.shape, weight.dtype)
+        as_array(grad_weight)[...] = gw.reshape(weight.shape)
+    if output_mask[2]:
+        grad_bias = empty((o,), grad_output.dtype)
+        as_array(grad_bias)[...] = gy.sum(axis=(0, 2, 3, 4), dtype=np.float64)
+    positions = n * osz[0] * osz[1] * osz[2]
+    launch(f"conv_transpose{nd}d_backward" if transposed else f"conv{nd}d_backward",
+           4.0 * positions * o * (c // groups) * kk,
+           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight))
+    return grad_input, grad_weight, grad_bias
+
+
 @register("convolution_overrideable")
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """ATen's convolution for npu: 1-D/2-D by im2col + matmul, 3-D and transposed ones by vol2col/col2vol."""
     check_same_device("aten::convolution", input, weight, bias)
     if transposed or input.dim() > 4:
-        return fallback.unsupported(
-            torch.ops.aten.convolution.default,
-            (input, weight, bias, stride, padding, dilation, transposed, output_padding, groups), {},
-            "transposed convolution" if transposed else f"{input.dim() - 2}-D convolution")
+        return _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
     x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
     n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)
     if c != cg * groups:
@@ -112,13 +262,11 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
 @register("convolution_backward_overrideable")
 def convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
                          groups, output_mask):
+    """Gradients of :func:`convolution` for the inputs, weights and bias that ``output_mask`` asks for."""
     check_same_device("aten::convolution_backward", grad_output, input, weight)
     if transposed or input.dim() > 4:
-        return fallback.unsupported(
-            torch.ops.aten.convolution_backward.default,
-            (grad_output, input, weight, None, stride, padding, dilation, transposed, output_padding, groups,
-             output_mask), {},
-            "transposed convolution" if transposed else f"{input.dim() - 2}-D convolution")
+        return _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                                        output_padding, groups, output_mask)
     x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
     g4 = grad_output.unsqueeze(2) if squeeze else grad_output
     n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)
@@ -258,3 +406,460 @@ def adaptive_avg_pool2d_backward(grad_output, self):
     ck.adaptive_avg_pool_backward(g, h, w, as_array(out).reshape(-1, h, w))
     launch("adaptive_avg_pool2d_backward", self.numel(), nbytes(grad_output), nbytes(out))
     return out
+
+
+# --- 3-D pooling, adaptive max pooling, unpooling, fractional max pooling ---------------------------------
+
+def _three(v, name: str, what: str, allow_empty: bool = False) -> tuple[int, int, int]:
+    """A 3-D pooling argument: one int or three ("" when empty and allowed)."""
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    if (allow_empty and not v) or len(v) in (1, 3):
+        return tuple(int(e) for e in (v * 3 if len(v) == 1 else v))
+    raise RuntimeError(f"{name}: {what}")
+
+
+def _pool_out(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """pooling_output_shape: the output length, with ATen's checks of stride and padding."""
+    if s == 0:
+        raise RuntimeError("stride should not be zero")
+    if p < 0:
+        raise RuntimeError(f"pad must be non-negative, but got pad: {p}")
+    if p > ((k - 1) * d + 1) // 2:
+        raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, kernel_size={k} "
+                           f"and dilation={d}")
+    return ck.pool_output_size(size, k, s, p, d, ceil_mode)
+
+
+def _vol(t: torch.Tensor, fn_name: str) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A 4-D or 5-D input as contiguous (P, D, H, W) planes, plus the leading shape; ATen's dimension checks."""
+    if t.dim() not in (4, 5):
+        raise RuntimeError(f"{fn_name}: Expected 4D or 5D tensor for input, but got: {list(t.shape)}")
+    for i in range(t.dim()):
+        if not (t.dim() == 5 and i == 0) and t.shape[i] <= 0:
+            raise RuntimeError(f"{fn_name}: Expected input's non-batch dimensions to have positive length, but "
+                               f"input has a shape of {list(t.shape)} and non-batch dimension {t.shape[i]} has "
+                               "length zero!")
+    return as_array(t.contiguous()).reshape(-1, *t.shape[-3:]), tuple(t.shape[:-3])
+
+
+def _pool3d_geometry(t, fn_name, k, s, p, d, ceil_mode, check_input_size=False):
+    """pool3d_shape_check: the output (OD, OH, OW) of a 3-D pooling, with the CPU's checks in the CPU's order."""
+    if t.dim() not in (4, 5):
+        raise RuntimeError("non-empty 4D or 5D (batch mode) tensor expected for input")
+    size = tuple(int(e) for e in t.shape[-3:])
+    out = tuple(_pool_out(size[i], k[i], s[i], p[i], d[i], ceil_mode) for i in range(3))
+    if min(k) <= 0:
+        raise RuntimeError(f"kernel size should be greater than zero, but got kT: {k[0]} kH: {k[1]} kW: {k[2]}")
+    if min(s) <= 0:
+        raise RuntimeError(f"stride should be greater than zero, but got dT: {s[0]} dH: {s[1]} dW: {s[2]}")
+    if min(d) <= 0:
+        raise RuntimeError(f"dilation should be greater than zero, but got dilationT: {d[0]} dilationH: {d[1]} "
+                           f"dilationW: {d[2]}")
+    x, lead = _vol(t, fn_name)
+    if check_input_size and (size[0] < k[0] or size[1] < k[1] or size[2] < k[2]):
+        raise RuntimeError(f"input image (T: {size[0]} H: {size[1]} W: {size[2]}) smaller than kernel size "
+                           f"(kT: {k[0]} kH: {k[1]} kW: {k[2]})")
+    if k[0] // 2 < p[0] or k[2] // 2 < p[2] or k[1] // 2 < p[1]:
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but got kT: {k[0]} kW: "
+                           f"{k[2]} kH: {k[1]} padT: {p[0]} padW: {p[2]} padH: {p[1]}")
+    if min(out) < 1:
+        c = t.shape[-4]
+        raise RuntimeError(f"Given input size: ({c}x{size[0]}x{size[1]}x{size[2]}). Calculated output size: "
+                           f"({c}x{out[0]}x{out[1]}x{out[2]}). Output size is too small")
+    return x, lead, out
+
+
+def _grad_planes(grad: torch.Tensor, shape) -> np.ndarray:
+    """A gradient as contiguous (P, *shape) planes."""
+    return as_array(grad.contiguous()).reshape(-1, *shape)
+
+
+def _with_out(fn, *outs: str):
+    """An ``.out`` overload made from its functional kernel: results resized into and copied to ``out=``."""
+    def out_variant(*args, **kwargs):
+        targets = [kwargs.pop(name) for name in outs]
+        results = fn(*args, **kwargs)
+        results = results if isinstance(results, tuple) else (results,)
+        for target, res in zip(targets, results):
+            resize_out(target, res.shape)
+            device_copy(target, res)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+
+    out_variant.__name__ = f"{fn.__name__}_out"
+    out_variant.__doc__ = f"``out=`` form of {fn.__name__}."
+    return out_variant
+
+
+@register("max_pool3d_with_indices")
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """3-D max pooling: the max of each (dilated) window and its flat position in the input's plane."""
+    check_same_device("aten::max_pool3d_with_indices", self)
+    k = _three(kernel_size, "max_pool3d", "kernel_size must either be a single int, or a tuple of three ints")
+    s = _three(stride, "max_pool3d", "stride must either be omitted, a single int, or a tuple of three ints",
+               allow_empty=True) or k
+    p = _three(padding, "max_pool3d", "padding must either be a single int, or a tuple of three ints")
+    d = _three(dilation, "max_pool3d", "dilation must be either a single int, or a tuple of three ints")
+    x, lead, o = _pool3d_geometry(self, "max_pool3d_with_indices_out_cpu_template()", k, s, p, d, ceil_mode)
+    out, idx = empty((*lead, *o), self.dtype), empty((*lead, *o), torch.int64)
+    sized(ck.max_pool3d, out.numel() * k[0] * k[1] * k[2])(
+        x, *k, *s, *p, *d, as_array(out).reshape(-1, *o), as_array(idx).reshape(-1, *o))
+    launch("max_pool3d", out.numel() * k[0] * k[1] * k[2], nbytes(self), nbytes(out) + nbytes(idx))
+    return out, idx
+
+
+def _max_grad(grad_output: torch.Tensor, self: torch.Tensor, indices: torch.Tensor, nd: int, name: str):
+    """Gradient of a max pooling over the last ``nd`` dims: each output's gradient added at its argmax."""
+    check_same_device(f"aten::{name}", grad_output, self, indices)
+    plane = int(np.prod(self.shape[-nd:]))
+    out = empty(self.shape, self.dtype)
+    if out.numel():
+        g = as_array(grad_output.contiguous()).reshape(-1, int(np.prod(grad_output.shape[-nd:])))
+        i = as_array(indices.contiguous()).reshape(g.shape)
+        sized(ck.max_pool_backward, g.size + out.numel())(g, i, as_array(out).reshape(-1, plane))
+    launch(name, grad_output.numel(), nbytes(grad_output) + nbytes(indices), nbytes(out))
+    return out
+
+
+@register("max_pool3d_with_indices_backward")
+def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Gradient of :func:`max_pool3d_with_indices`."""
+    return _max_grad(grad_output, self, indices, 3, "max_pool3d_with_indices_backward")
+
+
+@register("adaptive_max_pool2d_backward")
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    """Gradient of :func:`adaptive_max_pool2d`."""
+    return _max_grad(grad_output, self, indices, 2, "adaptive_max_pool2d_backward")
+
+
+@register("adaptive_max_pool3d_backward")
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    """Gradient of :func:`adaptive_max_pool3d`."""
+    return _max_grad(grad_output, self, indices, 3, "adaptive_max_pool3d_backward")
+
+
+register("max_pool3d_with_indices.out")(_with_out(max_pool3d_with_indices, "out", "indices"))
+register("max_pool3d_with_indices_backward.grad_input")(
+    _with_out(max_pool3d_with_indices_backward, "grad_input"))
+register("adaptive_max_pool2d_backward.grad_input")(_with_out(adaptive_max_pool2d_backward, "grad_input"))
+register("adaptive_max_pool3d_backward.grad_input")(_with_out(adaptive_max_pool3d_backward, "grad_input"))
+
+
+def _bins(size: int, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Adaptive pooling's windows: [floor(i*size/out), ceil((i+1)*size/out)) for each output index i."""
+    i = np.arange(out, dtype=np.int64)
+    return (i * size) // out, -((-(i + 1) * size) // out)
+
+
+def _adaptive_size(output_size, nd: int, name: str) -> tuple[int, ...]:
+    o = tuple(int(e) for e in output_size)
+    if len(o) != nd:
+        raise RuntimeError(f"{name}: internal error: output_size.size() must be {nd}")
+    return o
+
+
+def _adaptive_input(self: torch.Tensor, nd: int, name: str) -> None:
+    """ATen's checks of an adaptive pooling's input ((nd+1)-D or (nd+2)-D, non-batch dims non-empty)."""
+    if self.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{name}(): Expected {nd + 1}D or {nd + 2}D tensor, but got: {list(self.shape)}")
+    for i in range(1, self.dim()):
+        if self.shape[i] <= 0:
+            raise RuntimeError(f"{name}(): Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(self.shape)} with dimension {i} being empty")
+
+
+def _adaptive_max(self: torch.Tensor, output_size, nd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    name = f"adaptive_max_pool{nd}d"
+    check_same_device(f"aten::{name}", self)
+    _adaptive_input(self, nd, name)
+    o = _adaptive_size(output_size, nd, name)
+    if not self.is_floating_point():
+        raise NotImplementedError(f'"{name}" not implemented for \'{_dtype_name(self.dtype)}\'')
+    lead = tuple(self.shape[:-nd])
+    size = (1,) * (3 - nd) + tuple(int(e) for e in self.shape[-nd:])
+    o3 = (1,) * (3 - nd) + o
+    out, idx = empty((*lead, *o), self.dtype), empty((*lead, *o), torch.int64)
+    if out.numel():
+        x = as_array(self.contiguous()).reshape(-1, *size)
+        bounds = [b for i in range(3) for b in _bins(size[i], o3[i])]
+        sized(ck.box_max, x.size)(x, *bounds, as_array(out).reshape(-1, *o3), as_array(idx).reshape(-1, *o3))
+    launch(name, self.numel(), nbytes(self), nbytes(out) + nbytes(idx))
+    return out, idx
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """PyTorch's name of a dtype in "not implemented for" errors ('Int', 'Long', ...)."""
+    return {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool", torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
+            torch.bfloat16: "BFloat16"}.get(dtype, str(dtype).removeprefix("torch."))
+
+
+@register("adaptive_max_pool2d")
+def adaptive_max_pool2d(self, output_size):
+    """Adaptive 2-D max pooling (adaptive_max_pool1d too): the max of each adaptive window and where it is."""
+    return _adaptive_max(self, output_size, 2)
+
+
+@register("adaptive_max_pool3d")
+def adaptive_max_pool3d(self, output_size):
+    """Adaptive 3-D max pooling: the max of each adaptive window and where it is."""
+    return _adaptive_max(self, output_size, 3)
+
+
+register("adaptive_max_pool2d.out")(_with_out(adaptive_max_pool2d, "out", "indices"))
+register("adaptive_max_pool3d.out")(_with_out(adaptive_max_pool3d, "out", "indices"))
+
+
+@register("_adaptive_avg_pool3d")
+def adaptive_avg_pool3d(self, output_size):
+    """Adaptive 3-D average pooling: the mean of each adaptive window."""
+    check_same_device("aten::_adaptive_avg_pool3d", self)
+    _adaptive_input(self, 3, "adaptive_avg_pool3d")
+    o = _adaptive_size(output_size, 3, "adaptive_avg_pool3d")
+    if not self.is_floating_point():
+        raise NotImplementedError(f'"adaptive_avg_pool3d_cpu" not implemented for \'{_dtype_name(self.dtype)}\'')
+    out = empty((*self.shape[:-3], *o), self.dtype)
+    if out.numel():
+        x = as_array(self.contiguous()).reshape(-1, *self.shape[-3:])
+        bounds = [b for i in range(3) for b in _bins(int(self.shape[-3 + i]), o[i])]
+        sized(ck.box_mean, x.size)(x, *bounds, as_array(out).reshape(-1, *o))
+    launch("adaptive_avg_pool3d", self.numel(), nbytes(self), nbytes(out))
+    return out
+
+
+@register("_adaptive_avg_pool3d_backward")
+def adaptive_avg_pool3d_backward(grad_output, self):
+    """Gradient of :func:`adaptive_avg_pool3d`: each output's gradient spread evenly over its window."""
+    check_same_device("aten::_adaptive_avg_pool3d_backward", grad_output, self)
+    o = tuple(int(e) for e in grad_output.shape[-3:])
+    size = tuple(int(e) for e in self.shape[-3:])
+    out = empty(self.shape, self.dtype)
+    if out.numel():
+        bounds = [b for i in range(3) for b in _bins(size[i], o[i])]
+        sized(ck.box_mean_backward, out.numel())(_grad_planes(grad_output, o), *bounds,
+                                                 as_array(out).reshape(-1, *size))
+    launch("adaptive_avg_pool3d_backward", self.numel(), nbytes(grad_output), nbytes(out))
+    return out
+
+
+register("adaptive_avg_pool3d.out")(_with_out(adaptive_avg_pool3d, "out"))
+register("adaptive_avg_pool3d_backward.grad_input")(_with_out(adaptive_avg_pool3d_backward, "grad_input"))
+
+
+def _avg3d_args(kernel_size, stride, padding, divisor_override):
+    k = _three(kernel_size, "avg_pool3d", "kernel_size must be a single int, or a tuple of three ints")
+    s = _three(stride, "avg_pool3d", "stride must be omitted, a single number, or a tuple of three ints",
+               allow_empty=True) or k
+    p = _three(padding, "avg_pool3d", "padding must be a single int, or a tuple of three ints")
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    return k, s, p
+
+
+@register("avg_pool3d")
+def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    """3-D average pooling (padding, ceil_mode, count_include_pad and divisor_override as in PyTorch)."""
+    check_same_device("aten::avg_pool3d", self)
+    k, s, p = _avg3d_args(kernel_size, stride, padding, divisor_override)
+    x, lead, o = _pool3d_geometry(self, "avg_pool3d()", k, s, p, (1, 1, 1), ceil_mode, check_input_size=True)
+    out = empty((*lead, *o), self.dtype)
+    sized(ck.avg_pool3d, out.numel() * k[0] * k[1] * k[2])(
+        x, *k, *s, *p, bool(count_include_pad), int(divisor_override or 0), as_array(out).reshape(-1, *o))
+    launch("avg_pool3d", out.numel() * k[0] * k[1] * k[2], nbytes(self), nbytes(out))
+    return out
+
+
+@register("avg_pool3d_backward")
+def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    """Gradient of :func:`avg_pool3d`."""
+    check_same_device("aten::avg_pool3d_backward", grad_output, self)
+    k, s, p = _avg3d_args(kernel_size, stride, padding, divisor_override)
+    size = tuple(int(e) for e in self.shape[-3:])
+    o = tuple(int(e) for e in grad_output.shape[-3:])
+    out = empty(self.shape, self.dtype)
+    if out.numel():
+        sized(ck.avg_pool3d_backward, grad_output.numel() * k[0] * k[1] * k[2])(
+            _grad_planes(grad_output, o), *k, *s, *p, bool(count_include_pad), int(divisor_override or 0),
+            as_array(out).reshape(-1, *size))
+    launch("avg_pool3d_backward", grad_output.numel() * k[0] * k[1] * k[2], nbytes(grad_output), nbytes(out))
+    return out
+
+
+register("avg_pool3d.out")(_with_out(avg_pool3d, "out"))
+register("avg_pool3d_backward.grad_input")(_with_out(avg_pool3d_backward, "grad_input"))
+
+
+def _intervals(samples: np.ndarray, size: int, out: int, pool: int) -> np.ndarray:
+    """Fractional max pooling's window starts for each plane's sample (generate_intervals, in its precision)."""
+    ft = samples.dtype.type
+    seq = np.empty((samples.shape[0], out), dtype=np.int64)
+    if out > 1:
+        alpha = ft(size - pool) / ft(out - 1)
+        i = np.arange(out - 1, dtype=samples.dtype)
+        u = samples[:, None]
+        seq[:, :-1] = ((i[None, :] + u) * alpha).astype(np.int64) - (u * alpha).astype(np.int64)
+    if out > 0:
+        seq[:, -1] = size - pool
+    return seq
+
+
+def _fractional(self, kernel_size, output_size, random_samples, nd: int):
+    name = f"fractional_max_pool{nd}d"
+    check_same_device(f"aten::{name}", self, random_samples)
+    which = "Ints" if nd == 2 else "three Ints"
+    if len(kernel_size) != nd:
+        raise RuntimeError(f"{name}: kernel_size must either be a single Int or tuple of {which}")
+    if len(output_size) != nd:
+        raise RuntimeError(f"{name}: output_size must either be a single Int or tuple of {which}")
+    fn = f"{name}()" if nd == 2 else f"{name}_out()"
+    if self.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"{fn}: Expected {nd + 1}D or {nd + 2}D tensor, but got: {list(self.shape)}")
+    for i in range(self.dim() - nd - 1, self.dim()):
+        if self.shape[i] <= 0:
+            raise RuntimeError(f"{fn}: Expected input to have non-zero size for non-batch dimensions, but got"
+                               f"{list(self.shape)} with dimension {i} being empty.")
+    if random_samples.dtype != self.dtype:
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    n = self.shape[0] if self.dim() == nd + 2 else 1
+    c = self.shape[-nd - 1]
+    if random_samples.dim() != 3 or random_samples.shape[0] < n:
+        raise RuntimeError("Expect _random_samples.size(0) no less then input batch size.")
+    if random_samples.shape[1] != c:
+        raise RuntimeError("Expect _random_samples.size(1) equals to input channel size.")
+    if random_samples.shape[2] != nd:
+        raise RuntimeError(f"Expect _random_samples.size(2) equals to {nd}.")
+    k, o = tuple(int(e) for e in kernel_size), tuple(int(e) for e in output_size)
+    size = tuple(int(e) for e in self.shape[-nd:])
+    names = ("height", "width") if nd == 2 else ("time", "height", "width")
+    for dim in ((1, 0) if nd == 2 else (0, 2, 1)):
+        if o[dim] + k[dim] - 1 > size[dim] - (nd == 3):  # 2-D allows the windows to reach the end, 3-D not
+            raise RuntimeError(f"{fn}: pool {names[dim]} {k[dim]} too large relative to input {names[dim]} "
+                               f"{size[dim]}")
+    if not self.is_floating_point():
+        raise RuntimeError("Expect _random_samples to have the same dtype as input")
+    out = empty((*self.shape[:-nd], *o), self.dtype)
+    idx = empty((*self.shape[:-nd], *o), torch.int64)
+    if out.numel():
+        planes = n * c
+        u = as_array(random_samples.contiguous())[:n].reshape(planes, nd)
+        # the samples are (w, h) in 2-D and (t, h, w) in 3-D
+        order = (None, 1, 0) if nd == 2 else (0, 1, 2)
+        size3, k3, o3 = (1,) * (3 - nd) + size, (1,) * (3 - nd) + k, (1,) * (3 - nd) + o
+        starts = []
+        for dim in range(3):
+            if order[dim] is None:
+                starts.append(np.zeros((planes, 1), dtype=np.int64))
+            else:
+                starts.append(_intervals(u[:, order[dim]], size3[dim], o3[dim], k3[dim]))
+        x = as_array(self.contiguous()).reshape(planes, *size3)
+        sized(ck.fractional_max, out.numel() * int(np.prod(k)))(
+            x, *starts, *k3, as_array(out).reshape(planes, *o3), as_array(idx).reshape(planes, *o3))
+    launch(name, out.numel() * int(np.prod(k)), nbytes(self), nbytes(out) + nbytes(idx))
+    return out, idx
+
+
+@register("fractional_max_pool2d")
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    """Fractional 2-D max pooling: windows at pseudo-random positions given by ``random_samples`` (N, C, 2)."""
+    return _fractional(self, kernel_size, output_size, random_samples, 2)
+
+
+@register("fractional_max_pool3d")
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    """Fractional 3-D max pooling: windows at pseudo-random positions given by ``random_samples`` (N, C, 3)."""
+    return _fractional(self, kernel_size, output_size, random_samples, 3)
+
+
+@register("fractional_max_pool2d_backward")
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    """Gradient of :func:`fractional_max_pool2d` (added at the recorded argmax positions)."""
+    return _max_grad(grad_output, self, indices, 2, "fractional_max_pool2d_backward")
+
+
+@register("fractional_max_pool3d_backward")
+def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    """Gradient of :func:`fractional_max_pool3d` (added at the recorded argmax positions)."""
+    return _max_grad(grad_output, self, indices, 3, "fractional_max_pool3d_backward")
+
+
+register("fractional_max_pool2d.output")(_with_out(fractional_max_pool2d, "output", "indices"))
+register("fractional_max_pool3d.output")(_with_out(fractional_max_pool3d, "output", "indices"))
+register("fractional_max_pool2d_backward.grad_input")(_with_out(fractional_max_pool2d_backward, "grad_input"))
+register("fractional_max_pool3d_backward.grad_input")(_with_out(fractional_max_pool3d_backward, "grad_input"))
+
+
+def _unpool(self, indices, output_size, nd: int):
+    """max_unpool: zeros of ``output_size`` with each input value written at its index (per plane)."""
+    name = f"max_unpool{nd}d"
+    check_same_device(f"aten::{name}", self, indices)
+    o = tuple(int(e) for e in output_size)
+    out = empty((*self.shape[:-nd], *o), self.dtype)
+    if self.numel():
+        planes = int(np.prod(self.shape[:-nd]))
+        src = as_array(self.contiguous()).reshape(planes, -1)
+        idx = as_array(indices.contiguous()).reshape(planes, -1)
+        size = int(np.prod(o))
+        bad, found = sized(ck.scatter_planes, self.numel() + out.numel())(
+            src, idx, as_array(out).reshape(planes, size), size)
+        if found:
+            raise RuntimeError(f"Found an invalid max index: {bad} (output volumes are of size {'x'.join(map(str, o))}")
+    elif out.numel():
+        as_array(out)[...] = 0
+    launch(name, self.numel(), nbytes(self) + nbytes(indices), nbytes(out))
+    return out
+
+
+def _unpool_checks(self, indices, nd: int) -> None:
+    if indices.dtype != torch.int64:
+        raise RuntimeError("elements in indices should be type int64" + (f" but got: {_dtype_name(indices.dtype)}"
+                                                                           if nd == 2 else ""))
+    if self.dim() not in (nd + 1, nd + 2):
+        raise RuntimeError(f"Input to max_unpooling{nd}d should be a {nd + 1}d or {nd + 2}d Tensor, but got a tensor "
+                           f"with {self.dim()} dimensions.")
+    if self.shape != indices.shape:
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor ({list(self.shape)}) "
+                           f"but got indices tensor with shape: {list(indices.shape)}")
+    for i in range(1, self.dim()):
+        if self.shape[i] <= 0:
+            raise RuntimeError(f"max_unpooling{nd}d_forward_out_cpu(): Expected input to have non-zero size for "
+                               f"non-batch dimensions, but got {list(self.shape)} with dimension {i} being empty.")
+    if not self.is_floating_point():
+        raise NotImplementedError(f'"max_unpool{nd}d" not implemented for \'{_dtype_name(self.dtype)}\'')
+
+
+@register("max_unpool2d")
+def max_unpool2d(self, indices, output_size):
+    """Inverse of 2-D max pooling: each value written at its flat index in an (H, W) plane of zeros."""
+    if indices.dtype != torch.int64:
+        _unpool_checks(self, indices, 2)
+    if len(output_size) != 2:
+        raise RuntimeError("There should be exactly two elements (height, width) in output_size, but got "
+                           f"{len(output_size)} elements.")
+    _unpool_checks(self, indices, 2)
+    return _unpool(self, indices, output_size, 2)
+
+
+@register("max_unpool3d")
+def max_unpool3d(self, indices, output_size, stride, padding):
+    """Inverse of 3-D max pooling: each value written at its flat index in a (D, H, W) volume of zeros."""
+    if indices.dtype != torch.int64:
+        _unpool_checks(self, indices, 3)
+    if len(output_size) != 3:
+        raise RuntimeError("There should be exactly three elements (depth, height, width) in output_size, but got "
+                           f"{len(output_size)} elements.")
+    if len(stride) != 3:
+        raise RuntimeError("There should be exactly three elements (depth, height, width) in stride, but got: "
+                           f"{len(stride)} elements.")
+    if len(padding) != 3:
+        raise RuntimeError("There should be exactly three elements (depth, height, width) in padding, but got: "
+                           f"{len(padding)} elements.")
+    if min(stride) <= 0:
+        raise RuntimeError(f"strides should be greater than zero, but got stride: {list(stride)}")
+    _unpool_checks(self, indices, 3)
+    return _unpool(self, indices, output_size, 3)
+
+
+register("max_unpool2d.out")(_with_out(max_unpool2d, "out"))
+register("max_unpool3d.out")(_with_out(max_unpool3d, "out"))

@@ -1,15 +1,27 @@
-"""Filling: fill_, zero_, arange and autograd's zero tensors (allocation and resize_ are the native runtime's)."""
+"""Filling: fill_, zero_, arange, eye, linspace, logspace and autograd's zero tensors.
+
+(Allocation and resize_ are the native runtime's.)
+"""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
+from ..device import fallback
 from ..device.tensors import check_dtype
 from ..kernels import elementwise
+from ..kernels.fill import eye as eye_kernel
+from ..kernels.fill import linspace as linspace_kernel
+from ..kernels.fill import logspace as logspace_kernel
 from .common import (
     NUMPY_DTYPES,
     as_array,
+    check_same_device,
     empty,
+    launch,
     nbytes,
     resize_out,
     run_elementwise,
@@ -53,7 +65,7 @@ def zero_(self: torch.Tensor) -> torch.Tensor:
     return fill_value(self, 0)
 
 
-__all__ = ["fill_value"]
+__all__ = ["checked_scalar", "fill_value"]
 
 
 @register("arange.start_out")
@@ -90,3 +102,141 @@ def run_arange(out: torch.Tensor, start, step) -> None:
 def efficientzerotensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     """Autograd's "known zero" gradient: the NPU materialises real zeros."""
     return fill_value(empty(size, dtype or torch.get_default_dtype()), 0)
+
+
+# --- eye, linspace, logspace ---------------------------------------------------------------
+
+#: C++ names of the types, as PyTorch's conversion errors print them.
+_CPP_NAMES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int",
+              torch.int16: "int16_t", torch.int8: "int8_t", torch.uint8: "uint8_t", torch.uint16: "uint16_t",
+              torch.uint32: "uint32_t", torch.uint64: "uint64_t", torch.complex64: "c10::complex<float>",
+              torch.complex128: "c10::complex<double>", torch.bool: "bool"}
+
+
+def checked_scalar(value: object, dtype: torch.dtype) -> object:
+    """A Python number as a ``dtype`` scalar, as ``Scalar::to<scalar_t>()`` converts it (``c10::checked_convert``).
+
+    Out of the type's range raises PyTorch's overflow error; negative integers wrap into unsigned types
+    when their magnitude fits; floating values truncate into integer types; infinities and NaN are kept
+    by floating types and overflow integer ones.
+    """
+    value = to_scalar(value)
+    np_t = NUMPY_DTYPES[dtype]
+    if isinstance(value, complex) and not dtype.is_complex:
+        value = value.real
+    if dtype == torch.bool:
+        return np.bool_(bool(value))
+    overflow = RuntimeError(f"value cannot be converted to type {_CPP_NAMES.get(dtype, dtype)} without overflow")
+    if dtype.is_floating_point or dtype.is_complex:
+        limit = float(np.finfo(np.float32 if dtype in (torch.float32, torch.complex64) else np.float64).max)
+        parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
+        if any(math.isfinite(p) and abs(p) > limit for p in parts):
+            raise overflow
+        return np_t(value)
+    info = np.iinfo(np_t)
+    if isinstance(value, float):
+        if not math.isfinite(value) or value < info.min or value > info.max:
+            raise overflow
+        value = int(value)
+    elif info.min == 0 and value < 0:  # two's complement wrap, if the magnitude fits
+        if -value > info.max:
+            raise overflow
+        return np_t(value + info.max + 1)
+    elif value < info.min or value > info.max:
+        raise overflow
+    return np_t(value)
+
+
+def _write_1d(out: torch.Tensor, kernel, *args) -> None:
+    """Run a 1-D index kernel into ``out`` (through a contiguous temporary if ``out`` is strided)."""
+    a = as_array(out)
+    if out.is_contiguous():
+        kernel(a.reshape(-1), *args)
+    else:
+        tmp = empty(out.shape, out.dtype)
+        kernel(as_array(tmp).reshape(-1), *args)
+        a[...] = as_array(tmp)
+
+
+def _check_range_out(op: str, out: torch.Tensor) -> bool:
+    """True if ``out``'s dtype has a kernel (bool has none on the CPU either: PyTorch's error is the fallback's)."""
+    check_dtype(out.dtype)
+    return out.dtype != torch.bool
+
+
+@register("eye.m_out")
+def eye_m_out(n, m, *, out):
+    """The n x m identity matrix into ``out``."""
+    if n < 0:
+        raise RuntimeError(f"n must be greater or equal to 0, got {n}")
+    if m < 0:
+        raise RuntimeError(f"m must be greater or equal to 0, got {m}")
+    check_dtype(out.dtype)
+    resize_out(out, (n, m))
+    if out.numel():
+        one = NUMPY_DTYPES[out.dtype](1)
+        eye_kernel(as_array(out), one)
+    launch("eye", 0, 0, nbytes(out))
+    return out
+
+
+@register("eye.out")
+def eye_out(n, *, out):
+    """The n x n identity matrix into ``out``."""
+    return eye_m_out(n, n, out=out)
+
+
+@register("linspace.out")
+def linspace_out(start, end, steps, *, out):
+    """``steps`` values evenly spaced from start to end (both included), computed as the CPU does."""
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    check_same_device("aten::linspace", out)
+    if not _check_range_out("linspace", out):
+        return fallback.unsupported(torch.ops.aten.linspace.out, (start, end, steps), {"out": out},
+                                    f"linspace of {out.dtype}")
+    resize_out(out, (steps,))
+    if steps == 1:
+        return fill_value(out, to_scalar(start))
+    if steps:
+        s, e = checked_scalar(start, out.dtype), checked_scalar(end, out.dtype)
+        if out.dtype.is_floating_point or out.dtype.is_complex:
+            step = (e - s) / NUMPY_DTYPES[out.dtype](steps - 1)
+        else:  # integers step in double (their range may not fit the type)
+            step = (float(e) - float(s)) / (steps - 1)
+            s, e = np.int64(s), np.int64(e)
+        _write_1d(out, linspace_kernel, s, e, step)
+    launch("linspace", 2 * steps, 0, nbytes(out))
+    return out
+
+
+@register("logspace.out")
+def logspace_out(start, end, steps, base=10.0, *, out):
+    """``steps`` powers ``base ** x`` for x evenly spaced from start to end, computed as the CPU does."""
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    check_same_device("aten::logspace", out)
+    if not _check_range_out("logspace", out):
+        return fallback.unsupported(torch.ops.aten.logspace.out, (start, end, steps, base), {"out": out},
+                                    f"logspace of {out.dtype}")
+    resize_out(out, (steps,))
+    if steps == 1:
+        first = to_scalar(start)
+        if out.dtype.is_complex:
+            return fill_value(out, complex(base) ** complex(first))
+        return fill_value(out, float(base) ** float(first.real if isinstance(first, complex) else first))
+    if steps:
+        s, e = checked_scalar(start, out.dtype), checked_scalar(end, out.dtype)
+        if out.dtype.is_complex:  # everything in the complex type, the base too
+            step = (e - s) / NUMPY_DTYPES[out.dtype](steps - 1)
+            b = NUMPY_DTYPES[out.dtype](base)
+        elif out.dtype.is_floating_point:
+            # the exponent in the tensor's type, the power in double (std::pow(double, scalar_t))
+            step = (e - s) / NUMPY_DTYPES[out.dtype](steps - 1)
+            b = float(base)
+        else:  # integers: the exponent and the power in float (the CPU avoids promoting to double)
+            step = np.float32(np.float32(int(e) - int(s)) / np.float32(steps - 1))
+            s, e, b = np.float32(int(s)), np.float32(int(e)), np.float32(base)
+        _write_1d(out, logspace_kernel, s, e, step, b)
+    launch("logspace", 3 * steps, 0, nbytes(out))
+    return out

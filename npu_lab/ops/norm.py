@@ -1,4 +1,4 @@
-"""Normalisation layers: batch norm (train/eval, running stats) and layer norm, with backwards."""
+"""Normalisation layers: batch norm (train/eval, running stats), layer norm and group norm, with backwards."""
 
 from __future__ import annotations
 
@@ -167,3 +167,107 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
             as_array(results[2])[...] = db.reshape(bias.shape)
     launch("layer_norm_backward", 10 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
     return tuple(results)
+
+
+# --- group norm -------------------------------------------------------------------------------------
+
+def _check_group(input, weight, bias, c: int, group: int) -> None:
+    """check_group_norm_inputs (the CPU's messages, its bias message included)."""
+    if group <= 0:
+        raise RuntimeError(f"Expected num groups to be greater than 0, got {group}")
+    if c % group:
+        raise RuntimeError("Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(input.shape)} and num_groups={group}")
+    if weight is not None and (weight.dim() != 1 or weight.numel() != c):
+        raise RuntimeError("Expected weight to be a vector of size equal to the number of channels in input, but got "
+                           f"weight of shape {list(weight.shape)} and input of shape {list(input.shape)}")
+    if bias is not None and (bias.dim() != 1 or bias.numel() != c):
+        shown = list(weight.shape) if weight is not None else [0]
+        raise RuntimeError("Expected bias to be a vector of size equal to the number of channels in input, but got "
+                           f"bias of shape {shown} and input of shape {list(input.shape)}")
+
+
+def _groups(t: torch.Tensor, n: int, c: int, hxw: int, group: int) -> np.ndarray:
+    """An (N, C, *) tensor as a contiguous (N, G, C/G, HxW) array."""
+    return as_array(t.contiguous()).reshape(n, group, c // group, hxw)
+
+
+@register("native_group_norm")
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """Group norm: statistics over each group of C/G channels (and all positions) of each sample."""
+    check_same_device("aten::native_group_norm", input, weight, bias)
+    n, c, hxw, group = int(N), int(C), int(HxW), int(group)
+    _check_group(input, weight, bias, c, group)
+    if input.numel() != n * c * hxw:
+        raise RuntimeError("Expected X.numel() == N * C * HxW to be true, but got false.  (Could this error message "
+                           "be improved?  If so, please report an enhancement request to PyTorch.)")
+    if not input.is_floating_point():
+        raise NotImplementedError(f"\"GroupNormKernelImpl\" not implemented for '{_type_name(input.dtype)}'")
+    for p in (weight, bias):
+        if p is not None and p.dtype != input.dtype:
+            raise RuntimeError(f"mixed dtype (CPU): expect parameter to have scalar type of {_type_name(input.dtype)}")
+    out = empty(input.shape, input.dtype)
+    mean, rstd = empty((n, group), input.dtype), empty((n, group), input.dtype)
+    if n * group:
+        w = as_array(weight).astype(np.float64) if weight is not None else np.ones(c)
+        b = as_array(bias).astype(np.float64) if bias is not None else np.zeros(c)
+        x = _groups(input, n, c, hxw, group)
+        sized(nk.group_forward, input.numel())(x, w, b, float(eps), as_array(out).reshape(x.shape),
+                                               as_array(mean), as_array(rstd))
+    launch("group_norm", 6 * input.numel(), nbytes(input), nbytes(out))
+    return out, mean, rstd
+
+
+@register("native_group_norm_backward")
+def native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    """Gradients of :func:`native_group_norm` for the input, weight and bias (as ``output_mask`` asks)."""
+    check_same_device("aten::native_group_norm_backward", grad_out, input, mean, rstd, weight)
+    n, c, hxw, group = int(N), int(C), int(HxW), int(group)
+    if grad_out.numel() != n * c * hxw:
+        raise RuntimeError("Expected dY.numel() == N * C * HxW to be true, but got false.  (Could this error message "
+                           "be improved?  If so, please report an enhancement request to PyTorch.)")
+    m = as_array(mean.contiguous()).reshape(n, group).astype(np.float64)
+    r = as_array(rstd.contiguous()).reshape(n, group).astype(np.float64)
+    x = _groups(input, n, c, hxw, group)
+    dy = _groups(grad_out, n, c, hxw, group)
+    w = as_array(weight).astype(np.float64) if weight is not None else np.ones(c)
+    results: list[torch.Tensor | None] = [None, None, None]
+    if output_mask[0]:
+        dx = empty(input.shape, input.dtype)
+        if input.numel():
+            sized(nk.group_backward_input, input.numel())(dy, x, m, r, w, as_array(dx).reshape(x.shape))
+        results[0] = dx
+    if output_mask[1] or output_mask[2]:
+        dw, db = np.zeros(c), np.zeros(c)
+        if input.numel():
+            sized(nk.group_backward_params, input.numel())(dy, x, m, r, dw, db)
+        for i, arr in ((1, dw), (2, db)):
+            if output_mask[i]:
+                t = empty((c,), input.dtype)
+                as_array(t)[...] = arr
+                results[i] = t
+    launch("group_norm_backward", 10 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
+    return tuple(results)
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long", torch.int32: "Int",
+            torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool"}.get(
+        dtype, str(dtype).removeprefix("torch."))
+
+
+# --- batch norm with running-stat update (the ATen op torch.nn.functional.batch_norm uses in training) ----------
+
+@register("_batch_norm_with_update")
+def batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    """Training batch norm updating the running statistics in place; a zero-size reserve as on the CPU."""
+    out, save_mean, save_invstd = _bn_forward(input, weight, bias, running_mean, running_var, True, momentum, eps)
+    return out, save_mean, save_invstd, empty((0,), torch.uint8)
+
+
+@register("batch_norm_backward")
+def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
+                        output_mask, reserve):
+    """Gradient of the batch norms (``update``: batch statistics were used, given as save_mean/save_var)."""
+    return native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,
+                                      update, eps, output_mask)

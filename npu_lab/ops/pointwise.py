@@ -9,16 +9,18 @@ the generated numba kernel for the template.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ..device import native
+from ..device import fallback, native
 from ..device.clock import launch
 from ..kernels import elementwise
 from .common import (
     NUMPY_DTYPES,
+    as_array,
     broadcast_shape,
     check_same_device,
     dense_strides_like,
@@ -89,8 +91,28 @@ _ARGUMENT_RULES: dict[str, Callable[[str, Sequence[object]], None]] = {
     "sub": lambda name, args: _bool_sub(args),
     "relu": _not_bool("Boolean inputs not supported for relu"),
 }
+def _promoted_not(kinds: str, dtypes: Callable[[torch.dtype], bool]) -> Callable[[str, Sequence[object]], None]:
+    """A rule on the dtype the operands promote to (the dtype the CPU picks its kernel for)."""
+    def check(name: str, args: Sequence[object]) -> None:
+        dtype = _promote(args)
+        if dtypes(dtype):
+            raise NotImplementedError(f'"{name}_npu" not implemented for \'{_short(dtype)}\' ({kinds})')
+    return check
+
+
+def _abs_rule(name: str, args: Sequence[object]) -> None:
+    _not_for("abs of a bool tensor", lambda d: d == torch.bool)(name, args)
+    if isinstance(args[0], torch.Tensor) and args[0].dtype.is_complex:
+        raise fallback.NotHandled("abs of a complex tensor (its result is real: a kernel the NPU does not have)")
+
+
+_FLOAT_ONLY = _promoted_not("floating-point only", lambda d: not d.is_floating_point)
 _KERNEL_RULES: dict[str, Callable[[str, Sequence[object]], None]] = {
-    "abs": _not_for("abs of a bool tensor", lambda d: d == torch.bool),
+    "abs": _abs_rule,
+    **{op: _FLOAT_ONLY for op in ("frac", "logaddexp", "logaddexp2", "nextafter", "hypot", "round_decimals",
+                                  "igamma", "igammac")},
+    **{op: _promoted_not("integer and floating-point only", lambda d: d == torch.bool or d.is_complex)
+       for op in ("fmod", "div_floor", "div_trunc")},
     **{op: _not_for("bitwise operators take integer and bool tensors",
                     lambda d: d.is_floating_point or d.is_complex)
        for op in ("bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not")},
@@ -273,7 +295,7 @@ def _short(dtype: torch.dtype) -> str:
 
 # ATen names the out= overloads of some operators differently.
 _TENSOR_OUT_NAMES = {"bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"}
-_SCALAR_OUT_NAMES = {"bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge"}
+_SCALAR_OUT_NAMES = {"bitwise_and", "bitwise_or", "bitwise_xor", "eq", "ne", "lt", "le", "gt", "ge", "copysign"}
 
 
 def _binary_family(base: str, template: Callable[[object], tuple[str, dict]] | str, *,
@@ -364,21 +386,40 @@ def rsub(self, other, alpha=1):
 
 _ROUNDING = {
     "trunc": ("trunc_div({0}, {1})", "int_trunc_div({0}, {1})"),
-    "floor": ("floor_div({0}, {1})", "int_floor_div({0}, {1})"),
+    "floor": ("div_floor({0}, {1})", "int_floor_div({0}, {1})"),
 }
+
+
+def check_int_divisor(dtype: torch.dtype, divisor: object) -> None:
+    """The CPU's integer division kernels raise on a zero divisor (floats give inf/NaN instead)."""
+    if dtype.is_floating_point or dtype.is_complex:
+        return
+    if _is_tensor_operand(divisor):
+        if divisor.numel() and bool(np.any(as_array(divisor) == 0)):
+            raise RuntimeError("ZeroDivisionError")
+    elif (divisor.item() if isinstance(divisor, torch.Tensor) else divisor) == 0:
+        raise RuntimeError("ZeroDivisionError")
 
 
 def _div_mode(self, other, rounding_mode, out=None, inplace=False):
     if rounding_mode is None:
         return pointwise("div", "{0} / {1}", (self, other), to_float=True, out=out, inplace=inplace)
+    if rounding_mode not in _ROUNDING:
+        raise RuntimeError("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                           f"'{rounding_mode}'")
     dtype = _promote((self, other))
     fl, it = _ROUNDING[rounding_mode]
+    if not dtype.is_floating_point and dtype != torch.bool:
+        check_int_divisor(dtype, other)
     template = fl if dtype.is_floating_point else it
+    if dtype == torch.bool:
+        template = "{0}"  # the kernel rule raises the CPU's error first
     return pointwise(f"div_{rounding_mode}", template, (self, other), out=out, inplace=inplace)
 
 
 @register("div.Tensor_mode", "div.Scalar_mode")
 def div_mode(self, other, *, rounding_mode=None):
+    """``a / b`` rounded toward zero (``trunc``) or down (``floor``), or true division."""
     return _div_mode(self, other, rounding_mode)
 
 
@@ -387,9 +428,31 @@ def div_mode_(self, other, *, rounding_mode=None):
     return _div_mode(self, other, rounding_mode, out=self, inplace=True)
 
 
+@register("div.out_mode")
+def div_mode_out(self, other, *, rounding_mode=None, out):
+    return _div_mode(self, other, rounding_mode, out=out)
+
+
+@register("floor_divide", "floor_divide.Scalar")
+def floor_divide(self, other):
+    """``a // b``: division rounded down (Python's semantics; integers raise on a zero divisor)."""
+    return _div_mode(self, other, "floor")
+
+
+@register("floor_divide_.Tensor", "floor_divide_.Scalar")
+def floor_divide_(self, other):
+    return _div_mode(self, other, "floor", out=self, inplace=True)
+
+
+@register("floor_divide.out", "floor_divide.Scalar_out")
+def floor_divide_out(self, other, *, out):
+    return _div_mode(self, other, "floor", out=out)
+
+
 @register("remainder.Tensor", "remainder.Scalar", "remainder.Scalar_Tensor")
 def remainder(self, other):
-    # numba's % follows Python: the result takes the divisor's sign, as in PyTorch
+    """``a mod b`` with the divisor's sign (numba's % follows Python, as PyTorch does)."""
+    check_int_divisor(_promote((self, other)), other)
     return pointwise("remainder", "{0} % {1}", (self, other))
 
 
@@ -448,6 +511,25 @@ UNARY: dict[str, tuple[str, bool, float]] = {
     "silu": ("silu({0})", True, 9),
     "logical_not": ("{0} == 0", False, 1),
     "bitwise_not": ("not {0}", False, 1),
+    # trigonometric and hyperbolic functions (libm's, in the argument's precision)
+    "tan": ("math.tan({0})", True, 8),
+    "asin": ("math.asin({0})", True, 8),
+    "acos": ("math.acos({0})", True, 8),
+    "atan": ("math.atan({0})", True, 8),
+    "sinh": ("math.sinh({0})", True, 8),
+    "cosh": ("math.cosh({0})", True, 8),
+    "asinh": ("math.asinh({0})", True, 8),
+    "acosh": ("math.acosh({0})", True, 8),
+    "atanh": ("math.atanh({0})", True, 8),
+    # exponentials, logarithms, error and gamma functions
+    "exp2": ("np.exp2({0})", True, 8),
+    "log10": ("np.log10({0})", True, 8),
+    "erfc": ("math.erfc({0})", True, 8),
+    "erfinv": ("erfinv(float({0}))", True, 40),
+    "lgamma": ("math.lgamma({0})", True, 20),
+    "digamma": ("digamma(float({0}))", True, 40),
+    "i0": ("i0(float({0}))", True, 40),
+    "frac": ("{0} - np.trunc({0})", False, 2),
 }
 
 
@@ -714,3 +796,369 @@ def isneginf(self, *, out=None):
 @register("isposinf", "isposinf.out")
 def isposinf(self, *, out=None):
     return pointwise("isposinf", "{0} == math.inf", (self,), bool_result=True, out=out)
+
+
+# ---------------------------------------------------------------------------
+# Binary math: atan2, hypot, copysign, fmod, fmax/fmin, logaddexp, heaviside, nextafter, xlogy
+
+_binary_family("atan2", "math.atan2({0}, {1})", overloads=("default",), to_float=True, flops=20)
+_binary_family("hypot", "math.hypot({0}, {1})", overloads=("default",), flops=4)
+_binary_family("copysign", "np.copysign({0}, {1})", to_float=True)
+_binary_family("logaddexp", "logaddexp({0}, {1})", overloads=("default",), inplace=False, flops=20)
+_binary_family("logaddexp2", "logaddexp2({0}, {1})", overloads=("default",), inplace=False, flops=20)
+_binary_family("nextafter", "np.nextafter({0}, {1})", overloads=("default",), flops=2)
+# fmax/fmin ignore NaN (maximum/minimum propagate it)
+_binary_family("fmax", "{1} if {0} != {0} else ({0} if {1} != {1} else max({0}, {1}))",
+               overloads=("default",), inplace=False)
+_binary_family("fmin", "{1} if {0} != {0} else ({0} if {1} != {1} else min({0}, {1}))",
+               overloads=("default",), inplace=False)
+
+
+def _fmod(self, other, out=None, inplace=False):
+    dtype = _promote((self, other))
+    if dtype.is_floating_point:
+        template = "np.fmod({0}, {1})"
+    else:
+        template = "int_fmod({0}, {1})"
+        if dtype != torch.bool:
+            check_int_divisor(dtype, other)
+    return pointwise("fmod", template, (self, other), out=out, inplace=inplace)
+
+
+@register("fmod.Tensor", "fmod.Scalar")
+def fmod(self, other):
+    """C's fmod: the remainder of truncating division (the dividend's sign)."""
+    return _fmod(self, other)
+
+
+@register("fmod_.Tensor", "fmod_.Scalar")
+def fmod_(self, other):
+    return _fmod(self, other, out=self, inplace=True)
+
+
+@register("fmod.Tensor_out", "fmod.Scalar_out")
+def fmod_out(self, other, *, out):
+    return _fmod(self, other, out=out)
+
+
+_XLOGY = "xlogy({0}, {1})"
+
+
+@register("xlogy.Tensor", "xlogy.Scalar_Self", "xlogy.Scalar_Other")
+def xlogy(self, other):
+    """x * log(y), 0 where x == 0 (NaN where y is NaN)."""
+    return pointwise("xlogy", _XLOGY, (self, other), to_float=True, flops=10)
+
+
+@register("xlogy_.Tensor", "xlogy_.Scalar_Other")
+def xlogy_(self, other):
+    return pointwise("xlogy", _XLOGY, (self, other), out=self, inplace=True, to_float=True, flops=10)
+
+
+@register("xlogy.OutTensor", "xlogy.OutScalar_Self", "xlogy.OutScalar_Other")
+def xlogy_out(self, other, *, out):
+    return pointwise("xlogy", _XLOGY, (self, other), out=out, to_float=True, flops=10)
+
+
+_HEAVISIDE = "{1} if {0} == 0 else ({0} > 0)"
+
+
+def _heaviside(self, values, out=None, inplace=False):
+    if self.dtype != values.dtype:
+        raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+    return pointwise("heaviside", _HEAVISIDE, (self, values), out=out, inplace=inplace)
+
+
+@register("heaviside")
+def heaviside(self, values):
+    """The step function: 0 below 0, 1 above, ``values`` at 0 (NaN counts as below)."""
+    return _heaviside(self, values)
+
+
+@register("heaviside_")
+def heaviside_(self, values):
+    return _heaviside(self, values, out=self, inplace=True)
+
+
+@register("heaviside.out")
+def heaviside_out(self, values, *, out):
+    return _heaviside(self, values, out=out)
+
+
+# ---------------------------------------------------------------------------
+# Unary operators with arguments or special results: round(decimals), signbit, nan_to_num, angle, sinc, logit
+
+
+def _round_decimals(self, decimals, out=None, inplace=False):
+    if decimals > 0:
+        template = "np.rint({0} * ten_pow) / ten_pow"
+    else:
+        template = "np.rint({0} / ten_pow) * ten_pow"
+    return pointwise("round_decimals", template, (self,), named={"ten_pow": 10.0 ** abs(decimals)}, out=out,
+                     inplace=inplace, flops=3)
+
+
+@register("round.decimals")
+def round_decimals(self, *, decimals):
+    """Round half to even at ``decimals`` decimal places (negative: to tens, hundreds...)."""
+    return _round_decimals(self, decimals)
+
+
+@register("round_.decimals")
+def round_decimals_(self, *, decimals):
+    return _round_decimals(self, decimals, out=self, inplace=True)
+
+
+@register("round.decimals_out")
+def round_decimals_out(self, *, decimals, out):
+    return _round_decimals(self, decimals, out=out)
+
+
+def _signbit_template(t: torch.Tensor) -> str:
+    return "np.signbit({0})" if t.is_floating_point() else "{0} < 0"
+
+
+@register("signbit")
+def signbit(self):
+    """Whether the sign bit is set (True for -0.0 and negative NaN)."""
+    return pointwise("signbit", _signbit_template(self), (self,), bool_result=True)
+
+
+@register("signbit.out")
+def signbit_out(self, *, out):
+    return pointwise("signbit", _signbit_template(self), (self,), bool_result=True, out=out)
+
+
+_NAN_TO_NUM = "nan_ if {0} != {0} else (posinf_ if {0} == math.inf else (neginf_ if {0} == -math.inf else {0}))"
+
+
+def _nan_to_num(self, nan, posinf, neginf, out=None, inplace=False):
+    if not self.is_floating_point():
+        return pointwise("nan_to_num", "{0}", (self,), out=out, inplace=inplace)
+    info = torch.finfo(self.dtype)
+    named = {"nan_": 0.0 if nan is None else nan, "posinf_": info.max if posinf is None else posinf,
+             "neginf_": info.min if neginf is None else neginf}
+    return pointwise("nan_to_num", _NAN_TO_NUM, (self,), named=named, out=out, inplace=inplace, flops=3)
+
+
+@register("nan_to_num")
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    """NaN, +inf and -inf replaced by ``nan`` (0), ``posinf`` and ``neginf`` (the dtype's extremes)."""
+    return _nan_to_num(self, nan, posinf, neginf)
+
+
+@register("nan_to_num_")
+def nan_to_num_(self, nan=None, posinf=None, neginf=None):
+    return _nan_to_num(self, nan, posinf, neginf, out=self, inplace=True)
+
+
+@register("nan_to_num.out")
+def nan_to_num_out(self, nan=None, posinf=None, neginf=None, *, out):
+    return _nan_to_num(self, nan, posinf, neginf, out=out)
+
+
+_ANGLE = "pi_ if {0} < 0 else ({0} if {0} != {0} else zero_)"
+
+
+def _angle(self, out=None):
+    if self.is_complex():
+        check_same_device("aten::angle", self)
+        real = torch.empty(0, dtype=self.dtype).real.dtype
+        if out is None:
+            out = empty(self.shape, real)
+        else:
+            if out.dtype != real:
+                raise RuntimeError(f"Expected out tensor to have dtype {real}, but got {out.dtype} instead")
+            resize_out(out, self.shape)
+        kernel = elementwise.kernel("angle_complex", 1, "math.atan2(x0.imag, x0.real)")
+        run_elementwise(kernel, [out], [self], flops_per_element=20)
+        return out
+    return pointwise("angle", _ANGLE, (self,), named={"pi_": math.pi, "zero_": 0}, to_float=True, out=out)
+
+
+@register("angle")
+def angle(self):
+    """The argument of a complex number: atan2(imag, real); for real numbers pi below 0, else 0 (NaN stays)."""
+    return _angle(self)
+
+
+@register("angle.out")
+def angle_out(self, *, out):
+    return _angle(self, out=out)
+
+
+# sin(pi x) / (pi x) with pi x rounded in the argument's precision, as the CPU computes it
+_SINC = "one_ if {0} == 0 else math.sin(pi_ * {0}) / (pi_ * {0})"
+
+
+def _sinc(self, out=None, inplace=False):
+    return pointwise("sinc", _SINC, (self,), named={"pi_": math.pi, "one_": 1}, to_float=True, out=out,
+                     inplace=inplace, flops=12)
+
+
+@register("sinc")
+def sinc(self):
+    """The normalized sinc function sin(pi x) / (pi x), 1 at 0."""
+    return _sinc(self)
+
+
+@register("sinc_")
+def sinc_(self):
+    return _sinc(self, out=self, inplace=True)
+
+
+@register("sinc.out")
+def sinc_out(self, *, out):
+    return _sinc(self, out=out)
+
+
+def _logit(self, eps, out=None, inplace=False):
+    if eps is None or eps < 0:
+        return pointwise("logit", "math.log({0} / (1 - {0}))", (self,), to_float=True, out=out, inplace=inplace,
+                         flops=10)
+    # the clamp bounds in the computing precision, as the CPU computes them
+    dtype = _promote((self,))
+    np_type = NUMPY_DTYPES[dtype if dtype.is_floating_point else _float_default()]
+    lo, hi = np_type(eps), np_type(1) - np_type(eps)
+    template = "math.log(clamp({0}, lo_, hi_) / (1 - clamp({0}, lo_, hi_)))"
+    return pointwise("logit_eps", template, (self,), named={"lo_": lo, "hi_": hi}, to_float=True, out=out,
+                     inplace=inplace, flops=12)
+
+
+@register("logit")
+def logit(self, eps=None):
+    """log(x / (1 - x)), x first clamped to [eps, 1 - eps] when ``eps`` is given."""
+    return _logit(self, eps)
+
+
+@register("logit_")
+def logit_(self, eps=None):
+    return _logit(self, eps, out=self, inplace=True)
+
+
+@register("logit.out")
+def logit_out(self, eps=None, *, out):
+    return _logit(self, eps, out=out)
+
+
+def _logit_backward(grad_output, self, eps, out=None):
+    if eps is None or eps < 0:
+        template = "math.nan if {1} < 0 or {1} > 1 else {0} / ({1} * (1 - {1}))"
+        return pointwise("logit_backward", template, (grad_output, self), out=out, flops=4)
+    dtype = _promote((grad_output, self))
+    np_type = NUMPY_DTYPES[dtype]
+    lo, hi = np_type(eps), np_type(1) - np_type(eps)
+    template = "zero_ if {1} < lo_ or {1} > hi_ else {0} / ({1} * (1 - {1}))"
+    return pointwise("logit_backward_eps", template, (grad_output, self), named={"lo_": lo, "hi_": hi, "zero_": 0},
+                     out=out, flops=5)
+
+
+@register("logit_backward")
+def logit_backward(grad_output, self, eps=None):
+    """grad / (x (1 - x)); 0 outside [eps, 1 - eps] when ``eps`` is given, NaN outside [0, 1] when not."""
+    return _logit_backward(grad_output, self, eps)
+
+
+@register("logit_backward.grad_input")
+def logit_backward_out(grad_output, self, eps=None, *, grad_input):
+    return _logit_backward(grad_output, self, eps, out=grad_input)
+
+
+# ---------------------------------------------------------------------------
+# frexp (two outputs), complex and polar (complex outputs)
+
+#: C++ names of dtypes, as ATen's frexp messages print them
+_TYPE_META = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+              torch.bfloat16: "c10::BFloat16", torch.int32: "int", torch.int64: "long int"}
+
+
+@register("frexp.Tensor_out")
+def frexp_out(self, *, mantissa, exponent):
+    """``self = mantissa * 2**exponent`` with ``0.5 <= |mantissa| < 1`` (inf, NaN and 0 keep exponent 0)."""
+    if not self.is_floating_point():
+        raise RuntimeError("torch.frexp() only supports floating-point dtypes")
+    if mantissa.dtype != self.dtype:
+        raise RuntimeError(f"torch.frexp() expects mantissa to have dtype {_TYPE_META.get(self.dtype, self.dtype)} "
+                           f"but got {_TYPE_META.get(mantissa.dtype, mantissa.dtype)}")
+    if exponent.dtype != torch.int32:
+        raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got "
+                           f"{_TYPE_META.get(exponent.dtype, exponent.dtype)}")
+    check_same_device("aten::frexp", self, mantissa, exponent)
+    for out in (mantissa, exponent):
+        check_written("frexp", out, (self,))
+        resize_out(out, self.shape)
+    kernel = elementwise.kernel("frexp", 1, ("math.frexp(x0)[0]", "math.frexp(x0)[1]"))
+    run_elementwise(kernel, [mantissa, exponent], [self], flops_per_element=2)
+    return mantissa, exponent
+
+
+def _complex_operands(op: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """ATen's checks for complex/polar (two floating tensors of one dtype), then the output."""
+    floating = (torch.float16, torch.float32, torch.float64)
+    if a.dtype not in floating or b.dtype not in floating:
+        raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got {_short(a.dtype)} "
+                           f"and {_short(b.dtype)}")
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"Expected object of scalar type {_short(a.dtype)} but got scalar type "
+                           f"{_short(b.dtype)} for second argument")
+    check_same_device(f"aten::{op}", a, b)
+    dtype = torch.complex128 if a.dtype == torch.float64 else torch.complex64
+    shape = broadcast_shape(a.shape, b.shape)
+    if out is None:
+        return empty(shape, dtype)
+    check_same_device(f"aten::{op}", out)
+    if out.dtype != dtype:
+        raise RuntimeError(f"Expected object of scalar type {_short(dtype)} but got scalar type {_short(out.dtype)} "
+                           "for argument 'out'")
+    check_written(op, out, (a, b))
+    return resize_out(out, shape)
+
+
+def _on_device(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A zero-dim CPU tensor (a scalar operand) copied to ``like``'s npu device; npu tensors as they are."""
+    return t.to(like.device) if t.device.type == "cpu" and like.device.type == "npu" else t
+
+
+def _complex_kernel(op: str, expr: str, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None,
+                    flops: float) -> torch.Tensor:
+    out = _complex_operands(op, a, b, out)
+    a, b = _on_device(a, b), _on_device(b, a)
+    run_elementwise(elementwise.kernel(op, 2, expr), [out], [a, b], flops_per_element=flops)
+    return out
+
+
+@register("complex")
+def complex_(real, imag):
+    """The complex tensor ``real + i imag``."""
+    return _complex_kernel("complex", "complex(x0, x1)", real, imag, None, 1)
+
+
+@register("complex.out")
+def complex_out(real, imag, *, out):
+    return _complex_kernel("complex", "complex(x0, x1)", real, imag, out, 1)
+
+
+_POLAR = "complex(x0 * math.cos(x1), x0 * math.sin(x1))"
+
+
+@register("polar")
+def polar(abs, angle):  # noqa: A002 - ATen's argument names (callers may pass them by keyword)
+    """The complex tensor with modulus ``abs`` and argument ``angle``."""
+    return _complex_kernel("polar", _POLAR, abs, angle, None, 20)
+
+
+@register("polar.out")
+def polar_out(abs, angle, *, out):  # noqa: A002
+    return _complex_kernel("polar", _POLAR, abs, angle, out, 20)
+
+
+@register("conj_physical.out")
+def conj_physical_out(self, *, out):
+    """out = the complex conjugate of ``self``, materialised (a copy for real tensors)."""
+    check_same_device("aten::conj_physical", self, out)
+    resize_out(out, self.shape)
+    src = as_array(self)
+    as_array(out)[...] = np.conj(src) if src.dtype.kind == "c" else src
+    launch("conj_physical", self.numel(), self.numel() * self.element_size(), out.numel() * out.element_size(),
+           out.get_device())
+    return out
