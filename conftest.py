@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import nbformat
+import pytest
 
 os.environ["NPU_LAB_HOME"] = tempfile.mkdtemp(prefix="npu_lab_home_")
 
@@ -33,6 +34,23 @@ def uncompared_cells(paths: list[Path]) -> tuple[int, int, list[str]]:
                 ignored += 1
                 where.append(f"{path.name}#{i}")
     return ignored, total, where
+
+
+#: Words in a skip's reason that mean "a tool or package is missing" (not "does not apply here").
+_MISSING_TOOL = ("needs ", "install", "not installed", "could not import", "no module named")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI (NPU_LAB_CI=1, set by .ci/run) a test skipped because a tool is missing fails instead."""
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("NPU_LAB_CI") != "1" or not report.skipped:
+        return
+    reason = str(report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if any(word in reason.lower() for word in _MISSING_TOOL):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI for a missing tool (CI must run every test): {reason}"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

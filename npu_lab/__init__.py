@@ -36,6 +36,7 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.clock import CostModel, cost_model
     from .device.fallback import cpu_fallback_enabled, set_cpu_fallback
     from .device.fallback import report as fallback_report
+    from .device.memcheck import MemcheckError, memcheck
     from .device.memory import set_capacity as _set_capacity
     from .grading import check, checklist, progress
     from .ops.registry import claimed_ops, without_kernels
@@ -45,6 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CostModel",
+    "MemcheckError",
     "check",
     "checklist",
     "compiler",
@@ -58,6 +60,7 @@ __all__ = [
     "device_array",
     "doctor",
     "fallback_report",
+    "memcheck",
     "set_cpu_fallback",
     "set_memory_capacity",
     "transfer_stats",

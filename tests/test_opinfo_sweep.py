@@ -9,11 +9,12 @@ the one the sweep writes today, so a regression shows in its diff.
 import time
 
 import pytest
+import torch
 
 pytest.importorskip("expecttest", reason="OpInfo's op_db needs the expecttest test dependency")
 
 from npu_lab.ops import coverage_page  # noqa: E402
-from npu_lab.ops.sweep import both, kinds  # noqa: E402
+from npu_lab.ops.sweep import both, kinds, sweep  # noqa: E402
 
 #: Floors: raise them when operators are added, never lower them.
 NATIVE_FLOOR = 669          # OpInfos that pass with the fallback off
@@ -69,3 +70,21 @@ def test_every_opinfo_has_a_family():
     assert coverage_page.family("nn.functional.hardswish", "OpInfo") == "activations and softmax"
     assert coverage_page.family("nn.functional.conv_transpose2d", "OpInfo") == "convolution, pooling and resampling"
     assert coverage_page.family("linalg.vector_norm", "ReductionOpInfo") == "linear algebra"
+
+
+#: The core a mixed-precision training step reaches under torch.autocast("npu").
+HALF_CORE = ["mm", "bmm", "addmm", "matmul", "nn.functional.linear", "nn.functional.conv1d", "nn.functional.conv2d",
+             "add", "mul", "sub", "div.no_rounding_mode", "exp", "tanh", "sigmoid", "nn.functional.gelu",
+             "nn.functional.silu", "nn.functional.relu", "sum", "mean", "amax", "var", "softmax", "log_softmax",
+             "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
+             "nn.functional.cross_entropy", "nn.functional.mse_loss", "nn.functional.nll_loss",
+             "nn.functional.scaled_dot_product_attention", "nn.functional.embedding", "where", "clamp", "pow",
+             "rsqrt", "nn.functional.dropout"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_core_is_native(dtype):
+    report = sweep(False, dtype, names=HALF_CORE)
+    assert len(report.ops) == len(HALF_CORE)
+    assert report.counts()["native"] == len(HALF_CORE), "\n".join(
+        f"  {o.name}: {o.status} {o.detail[:300]}" for o in report.ops if o.status != "native")

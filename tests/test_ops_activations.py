@@ -30,19 +30,11 @@ NATIVE = [
     "nn.functional.binary_cross_entropy_with_logits", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
     "nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss",
     "nn.functional.multilabel_soft_margin_loss", "nn.functional.ctc_loss",
+    # these also need kernels of other families (logit, xlogy, norm, linalg_vector_norm)
+    "nn.functional.binary_cross_entropy", "nn.functional.kl_div", "nn.functional.triplet_margin_loss",
+    "nn.functional.triplet_margin_with_distance_loss", "nn.functional.pairwise_distance", "dist",
+    "nn.functional.cosine_similarity", "nn.functional.normalize", "masked.normalize",
 ]
-#: OpInfos of this family that also need another family's operator (the only one they may report missing).
-NEEDS = {
-    "nn.functional.binary_cross_entropy": "aten::logit",  # the target's gradient (special functions)
-    "nn.functional.kl_div": "aten::xlogy",  # special functions
-    "nn.functional.triplet_margin_loss": "aten::norm",  # reductions
-    "nn.functional.triplet_margin_with_distance_loss": "aten::norm",
-    "nn.functional.pairwise_distance": "aten::norm",
-    "dist": "aten::norm",
-    "nn.functional.cosine_similarity": "aten::linalg_vector_norm",
-    "nn.functional.normalize": "aten::linalg_vector_norm",
-    "masked.normalize": "aten::linalg_vector_norm",
-}
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +46,7 @@ def _fallback_off(fallback_off):
 @pytest.fixture(scope="module")
 def reports():
     """Every sample of every OpInfo above in float32 (the first few in float64), with the CPU fallback off."""
-    names = NATIVE + list(NEEDS)
+    names = NATIVE
     return {dtype: {o.name: o for o in sweep(False, dtype, samples=samples, names=names).ops}
             for dtype, samples in ((torch.float32, 1000), (torch.float64, 3))}
 
@@ -66,16 +58,6 @@ def test_opinfo_native(reports, name, dtype):
     assert o.status == "native", (o.status, o.detail)
     assert o.samples > 0
     assert o.grads_checked or name == "nn.functional.rrelu"  # rrelu's draws are random: shapes only
-
-
-@pytest.mark.parametrize("name", sorted(NEEDS))
-def test_opinfo_waiting_for_other_families(reports, name):
-    """Native once the other family's kernel lands; until then nothing of this family may be missing."""
-    for dtype in (torch.float32, torch.float64):
-        o = reports[dtype][name]
-        if o.status == "missing" and o.detail.startswith(NEEDS[name]):
-            pytest.skip(f"{name} waits for {NEEDS[name]}")
-        assert o.status == "native", (dtype, o.status, o.detail)
 
 
 # ---------------------------------------------------------------------------

@@ -7,9 +7,11 @@ scalars, empty tensors, non-contiguous inputs, keyword arguments. Running
 those samples on ``npu`` and comparing with the CPU is how a chip team proves
 its kernels with tests nobody on the team wrote.
 
-:data:`CLAIMED_OPINFOS` is the one list of OpInfo entries the NPU claims. The
-conformance test runs all of them; a name missing from ``op_db`` fails the
-test, so the claimed set cannot shrink silently.
+:data:`CLAIMED_OPINFOS` lists the core OpInfo entries checked in depth: every
+sample, in each dtype listed. The conformance test runs all of them; a name
+missing from ``op_db`` fails the test, so the set cannot shrink silently. The
+whole of ``op_db`` (its first samples, float32, fallback off and on) is
+:mod:`npu_lab.ops.sweep`'s job.
 
 Note: importing ``op_db`` needs the ``expecttest`` package (a test dependency).
 """
@@ -115,7 +117,7 @@ class ConformanceReport:
 
     def summary(self) -> str:
         return (
-            f"claimed {len(self.ops)} ops, {len(self.results)} samples, "
+            f"{len(self.ops)} core OpInfos (every sample, each claimed dtype), {len(self.results)} samples, "
             f"passed {self.count('passed')}, skipped {self.count('skipped')}, "
             f"failed {self.count('failed')}"
         )

@@ -1,15 +1,17 @@
 # Ported from torch_openreg's tests/test_distributed.py
 # (pytorch/pytorch: test/cpp_extensions/open_registration_extension/torch_openreg/tests/test_distributed.py).
 # Adapted:
-#   - the collective backend "occl" (openreg's dummy ProcessGroupOCCL) -> "npuccl", npu's planned collective
-#     backend, which does not exist yet (issue 25); device "openreg" -> "npu"; TestProcessGroupOCCL ->
+#   - the collective backend "occl" (openreg's dummy ProcessGroupOCCL) -> "npuccl", npu's collective
+#     backend (npu_lab/distributed, issue 25); device "openreg" -> "npu"; TestProcessGroupOCCL ->
 #     TestProcessGroupNPUCCL, test_occl_* -> test_npuccl_*; `import npu_lab` added.
-#   - Every test is skipped with reason "needs the npuccl collective backend (issue 25)" while npuccl is not
+#   - Every test is skipped with reason "waits for the npuccl collective backend (issue 25)" while npuccl is not
 #     registered (skipUnless: they run once it is). The original instead raises unittest.SkipTest at import.
 #   - The original sets BACKEND/WORLD_SIZE/TEMP_DIR/INIT_METHOD in os.environ at import (distributed_test reads
 #     BACKEND when it is imported). That set-up and the distributed_test import now happen only when npuccl is
 #     registered, so collecting this file does not change the environment of the rest of the pytest session;
 #     until then the class derives from TestCase.
+#   - test_npuccl_allreduce: the original checks that the dummy OCCL's future holds None; npuccl is a real backend,
+#     so the test checks that the future holds the reduced tensor and that a reduction of ones gives world_size.
 #   - no run_tests() call (collected by pytest).
 
 import os
@@ -23,7 +25,7 @@ from torch.testing._internal.common_utils import TestCase
 import npu_lab  # noqa: F401
 
 NPUCCL_AVAILABLE = dist.is_available() and "npuccl" in dist.Backend.backend_list
-NPUCCL_MISSING = "needs the npuccl collective backend (issue 25)"
+NPUCCL_MISSING = "waits for the npuccl collective backend (issue 25)"
 
 if NPUCCL_AVAILABLE:
     os.environ["BACKEND"] = "npuccl"
@@ -98,9 +100,16 @@ class TestProcessGroupNPUCCL(*_BASES):
         fut.wait()
         self.assertTrue(fut.done())
 
-        # As in the original: OCCL is a dummy backend whose communication methods all return None.
+        # The original asserts the value is None: OCCL is a dummy backend whose communication methods all return
+        # None. npuccl really reduces, and its future's value is the list of reduced tensors, as NCCL's is.
         res = fut.value()
-        self.assertEqual(res, None)
+        self.assertEqual(len(res), 1)
+        self.assertEqual(res[0].data_ptr(), tensors[0].data_ptr())
+        self.assertEqual(res[0].device.type, "npu")
+
+        ones = torch.ones(3, device=device)
+        pg.allreduce([ones]).wait()
+        self.assertEqual(ones.cpu(), torch.full((3,), float(dist.get_world_size())))
 
 
 # Drop inherited torch distributed backend tests; we only need the npuccl smoke test.

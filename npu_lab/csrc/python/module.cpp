@@ -423,6 +423,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_capacity", [](int d, size_t n) { runtime::device_allocator()->setCapacity(device_or_current(d), n); });
   m.def("mem_get_info", [](int d) { return runtime::device_allocator()->getMemoryInfo(device_or_current(d)); });
   m.def("set_memory_listener", &set_memory_listener);
+  m.def("memcheck_enable", &runtime::memcheck_enable);
+  m.def("memcheck_enabled", &runtime::memcheck_enabled);
+  m.def("memcheck_scan", &runtime::memcheck_scan);
+  m.def("memcheck_report", &runtime::memcheck_report);
+  m.def("memcheck_reset", &runtime::memcheck_reset);
   m.def("alloc_block", &alloc_block, py::arg("nbytes"), py::arg("device") = -1);
   m.def("pointer_attributes", [](uintptr_t ptr) {
     npuPointerAttributes a;

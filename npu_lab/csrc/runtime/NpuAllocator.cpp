@@ -33,6 +33,7 @@ struct LiveBlock {
   size_t size;       // rounded size
   size_t requested;  // bytes asked for
   int device;
+  bool guarded;      // allocated under memcheck: [requested, size) holds guard bytes
 };
 
 std::mutex live_mutex;
@@ -56,6 +57,37 @@ DeviceCache& cache(int device) {
     }
   }
   return *slot;
+}
+
+std::atomic<bool> memcheck_on{false};
+std::mutex memcheck_mutex;
+int64_t memcheck_checked = 0;
+int64_t memcheck_damaged = 0;
+std::vector<std::string> memcheck_notes;
+
+// Whether the guard bytes [requested, size) of a block still hold kGuardByte; notes damage.
+bool guards_intact(void* ptr, const LiveBlock& b, const char* when) {
+  const auto* bytes = static_cast<const unsigned char*>(ptr);
+  size_t first_bad = b.size;
+  for (size_t i = b.requested; i < b.size; ++i) {
+    if (bytes[i] != kGuardByte) {
+      first_bad = i;
+      break;
+    }
+  }
+  std::lock_guard<std::mutex> lock(memcheck_mutex);
+  memcheck_checked += 1;
+  if (first_bad == b.size) {
+    return true;
+  }
+  memcheck_damaged += 1;
+  if (memcheck_notes.size() < 20) {
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "npu:%d block of %zu bytes: byte %zu (%zu past the end) overwritten (found %s)",
+                  b.device, b.requested, first_bad, first_bad - b.requested, when);
+    memcheck_notes.emplace_back(buf);
+  }
+  return false;
 }
 
 std::mutex listener_mutex;
@@ -120,6 +152,9 @@ void free_block(void* ptr) {
     b = it->second;
     live_blocks().erase(it);
   }
+  if (b.guarded) {
+    guards_intact(ptr, b, "when it was freed");
+  }
   DeviceCache& c = cache(b.device);
   int64_t allocated = 0;
   {
@@ -173,7 +208,8 @@ c10::DataPtr NpuCachingAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) {
     return {nullptr, nullptr, &free_block, where};
   }
-  const size_t size = round_size(nbytes);
+  const bool guarded = memcheck_on.load();
+  const size_t size = round_size(guarded ? nbytes + kGuardBytes : nbytes);
   DeviceCache& c = cache(device);
   void* ptr = nullptr;
   int64_t allocated = 0, reserved = 0;
@@ -223,7 +259,10 @@ c10::DataPtr NpuCachingAllocator::allocate(size_t nbytes) {
   }
   {
     std::lock_guard<std::mutex> lock(live_mutex);
-    live_blocks()[ptr] = LiveBlock{size, nbytes, device};
+    live_blocks()[ptr] = LiveBlock{size, nbytes, device, guarded};
+  }
+  if (guarded) {
+    std::memset(static_cast<char*>(ptr) + nbytes, kGuardByte, size - nbytes);
   }
   if (c10::memoryProfilingEnabled()) {
     c10::reportMemoryUsageToProfiler(ptr, static_cast<int64_t>(size), static_cast<size_t>(allocated),
@@ -231,6 +270,49 @@ c10::DataPtr NpuCachingAllocator::allocate(size_t nbytes) {
   }
   notify("alloc", device, static_cast<int64_t>(size), allocated);
   return {ptr, ptr, &free_block, where};
+}
+
+void memcheck_enable(bool on) {
+  memcheck_on.store(on);
+}
+
+bool memcheck_enabled() {
+  return memcheck_on.load();
+}
+
+int64_t memcheck_scan() {
+  std::vector<std::pair<void*, LiveBlock>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(live_mutex);
+    for (const auto& [ptr, b] : live_blocks()) {
+      if (b.guarded) {
+        blocks.emplace_back(ptr, b);
+      }
+    }
+  }
+  int64_t damaged = 0;
+  for (const auto& [ptr, b] : blocks) {
+    if (!guards_intact(ptr, b, "by memcheck_scan")) {
+      damaged += 1;
+      std::lock_guard<std::mutex> lock(live_mutex);  // reported once: not checked again
+      auto it = live_blocks().find(ptr);
+      if (it != live_blocks().end()) {
+        it->second.guarded = false;
+      }
+    }
+  }
+  return damaged;
+}
+
+std::tuple<int64_t, int64_t, std::vector<std::string>> memcheck_report() {
+  std::lock_guard<std::mutex> lock(memcheck_mutex);
+  return {memcheck_checked, memcheck_damaged, memcheck_notes};
+}
+
+void memcheck_reset() {
+  std::lock_guard<std::mutex> lock(memcheck_mutex);
+  memcheck_checked = memcheck_damaged = 0;
+  memcheck_notes.clear();
 }
 
 c10::DeleterFnPtr NpuCachingAllocator::raw_deleter() const {

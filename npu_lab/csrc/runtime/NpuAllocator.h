@@ -7,6 +7,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace npu::runtime {
 
@@ -56,6 +58,20 @@ class NpuCachingAllocator final : public c10::DeviceAllocator {
 };
 
 NpuCachingAllocator* device_allocator();
+
+// Memcheck (what compute-sanitizer's memcheck does for CUDA): while on, every block gets at least
+// kGuardBytes of guard bytes after the bytes asked for, painted with kGuardByte; a kernel that
+// writes past the end of its tensor's storage changes them. They are checked when the block is
+// freed and by memcheck_scan() (every live block); each damaged block is counted and described.
+constexpr size_t kGuardBytes = 256;
+constexpr unsigned char kGuardByte = 0xA5;
+void memcheck_enable(bool on);
+bool memcheck_enabled();
+// Check every live block now; returns how many have damaged guards (also added to the report).
+int64_t memcheck_scan();
+// (blocks checked, damaged blocks, up to 20 descriptions of damage) since the last reset.
+std::tuple<int64_t, int64_t, std::vector<std::string>> memcheck_report();
+void memcheck_reset();
 // The allocator of pinned host memory (what tensor.pin_memory() uses).
 c10::Allocator* pinned_host_allocator();
 bool is_pinned(const void* ptr);
