@@ -38,9 +38,12 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.fallback import report as fallback_report
     from .device.memcheck import MemcheckError, memcheck
     from .device.memory import set_capacity as _set_capacity
+    from .distributed import register as _register_npuccl
     from .grading import check, checklist, progress
     from .ops.registry import claimed_ops, without_kernels
     from .profiler import coverage, profile
+
+    _register_npuccl()  # the npuccl collective backend for torch.distributed
 
 __version__ = "0.1.0"
 
