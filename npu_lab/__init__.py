@@ -39,11 +39,13 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.memcheck import MemcheckError, memcheck
     from .device.memory import set_capacity as _set_capacity
     from .distributed import register as _register_npuccl
+    from .distributed.data_parallel import install as _install_data_parallel
     from .grading import check, checklist, progress
     from .ops.registry import claimed_ops, without_kernels
     from .profiler import coverage, profile
 
     _register_npuccl()  # the npuccl collective backend for torch.distributed
+    _install_data_parallel()  # the copies torch.nn.DataParallel makes between npu devices
 
 __version__ = "0.1.0"
 

@@ -204,3 +204,16 @@ def custom_op_function(op: torch._ops.OpOverload, device_type: str) -> Any:
     # ``register_kernel`` stores ``torch._disable_dynamo(wrapped_fn)``; ``wrapped_fn`` closes over the kernel
     inner = getattr(wrapped, "__wrapped__", wrapped)
     return inspect.getclosurevars(inner).nonlocals.get("fn")
+
+
+def provide_c_functions(functions: dict[str, Any]) -> None:
+    """Set ``torch._C.<name>`` for each name this build of torch lacks (torch 2.13).
+
+    ``torch.nn.parallel.comm`` (DataParallel's scatter, gather and broadcast) calls
+    ``torch._C._scatter`` and friends, which PyTorch compiles only into CUDA builds; on
+    the CPU wheel they do not exist, so npu-lab supplies them. Names the build has are left
+    alone.
+    """
+    for name, fn in functions.items():
+        if not hasattr(torch._C, name):
+            setattr(torch._C, name, fn)
