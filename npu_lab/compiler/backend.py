@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._dynamo.backends.common import aot_autograd
+from torch.utils._pytree import tree_flatten
 
 from ..ops.registry import CLAIMED
 from . import autotune, custom_passes, launch_plan
@@ -167,7 +168,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
     stats["backend_calls"] += 1
     record = CompileRecord(gm.code, _copy_graph(gm), dict(options or {}))
     history.append(record)
-    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    # (compiled autograd passes its inputs as one list, and its sizes as CPU tensors: look inside lists)
+    tensors = [x for x in tree_flatten(list(example_inputs))[0] if isinstance(x, torch.Tensor)]
     from_cpu = bool(tensors) and all(t.device.type == "cpu" for t in tensors)
     if from_cpu:
         # AOTAutograd traces the graph for npu inputs: Dynamo's fake inputs (whose symbolic sizes it
