@@ -17,7 +17,7 @@ from torch.testing._internal.common_utils import TestCase, skipIfWindows
 import npu_lab  # noqa: F401
 
 IPC_REASON = (
-    "needs sharing npu device memory between processes (IPC: an npu tensor sent through a multiprocessing "
+    "npu device memory is not shared between processes yet (IPC: an npu tensor sent through a multiprocessing "
     "queue is mapped into the receiving process)"
 )
 
