@@ -45,6 +45,6 @@ echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)
 kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
 
 start=$SECONDS
-NPU_LAB_FRESH_CHECK=1 ./run test "$@"
+NPU_LAB_FRESH_CHECK=1 NPU_LAB_TEST_WORKERS=0 ./run test "$@"
 echo "fresh-machine check: ./run test${*:+ $*} passed in $((SECONDS - start)) s"
 echo "fresh-machine check: OK"
