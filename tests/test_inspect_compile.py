@@ -62,6 +62,64 @@ def test_aot_partitions_and_saved_tensors():
     assert "min-cut" in r.summary()
 
 
+def test_saved_memory_counts_each_storage_once():
+    """A detach/alias of a saved tensor, or a view of a saved input, keeps no new bytes alive."""
+    def f(x, w):
+        return torch.tanh(x @ w).sin().sum()
+
+    x = torch.randn(8, 6, device="npu")
+    w = torch.randn(6, 4, device="npu", requires_grad=True)
+    r = aot.inspect_aot(f, x, w)
+    d, m = r.default, r.min_cut
+    by_name = {s.name: s for s in d.saved}
+    assert set(by_name) == {"primals_1", "tanh", "detach"}  # detach: autograd's alias of tanh
+    assert by_name["detach"].alias_of == "tanh" and by_name["detach"].extra_bytes == 0
+    assert by_name["tanh"].extra_bytes == by_name["detach"].nbytes == 8 * 4 * 4
+    assert by_name["primals_1"].input == "primals_1" and by_name["primals_1"].note == "input"
+    assert d.tensor_bytes == 448 and d.saved_bytes == 320 and d.storages == 2  # x and tanh(x @ w)
+    assert m.saved_bytes == d.saved_bytes == 320  # min-cut saves the same storages (t is a view of x)
+    assert {s.name: s.input for s in m.saved}["t"] == "primals_1"
+    assert "3 tensors in 2 storages (320 bytes)" in r.summary()
+
+    def gate(t):
+        return t * torch.sigmoid(t)  # the default saves sigmoid(t) and its alias
+
+    g = aot.inspect_aot(gate, torch.randn(64, 64, device="npu", requires_grad=True))
+    assert g.default.tensor_bytes == 3 * 64 * 64 * 4
+    assert g.default.saved_bytes == g.min_cut.saved_bytes == 2 * 64 * 64 * 4
+
+
+def test_saved_views_of_one_storage_share_it():
+    def outer(x):
+        return (x.unsqueeze(1) * x.unsqueeze(2)).sin()
+
+    r = aot.inspect_aot(outer, torch.randn(16, 32, device="npu", requires_grad=True))
+    views = [s for s in r.default.saved if s.description in ("f32[16, 1, 32]", "f32[16, 32, 1]")]
+    assert len(views) == 2 and sum(s.extra_bytes for s in views) == 16 * 32 * 4  # two views of x: x once
+    assert r.default.saved_bytes == 16 * 32 * 4 + 16 * 32 * 32 * 4
+    assert r.min_cut.saved_bytes == 16 * 32 * 4
+
+
+def test_partition_drawing_shows_the_cut():
+    def f(x, w):
+        return torch.tanh(x @ w).sin().sum()
+
+    r = aot.inspect_aot(f, torch.randn(8, 6, device="npu"), torch.randn(6, 4, device="npu", requires_grad=True))
+    d = r.default.draw()
+    assert "cluster_forward" in d.dot and "cluster_backward" in d.dot
+    cut = [line for line in d.dot.splitlines() if '"fw:' in line and '"bw:' in line]
+    assert len(cut) == 3  # one edge per saved tensor, forward value -> backward input
+    assert '"fw:detach" -> "bw:detach"' in d.dot and "alias of tanh: 0 B more" in d.dot
+    assert aot.SAVED_STYLE[1] in d.dot and "incoming gradient" in d.dot
+    tangent = next(line for line in d.dot.splitlines() if line.strip().startswith('"bw:tangents_1" ['))
+    saved = next(line for line in d.dot.splitlines() if line.strip().startswith('"bw:tanh" ['))
+    assert tangent.split("fillcolor=")[1] != saved.split("fillcolor=")[1]  # the two kinds of input differ
+    svg = d.svg()
+    if svg is not None:
+        from npu_lab.inspect.draw import svg_size_px
+        assert svg_size_px(svg)[0] <= 1100
+
+
 def test_three_irs_side_by_side():
     from npu_lab import models
     from npu_lab.inspect import compare_irs

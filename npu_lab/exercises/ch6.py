@@ -120,7 +120,9 @@ def _count_check(expected: tuple[int, int]) -> Callable[[Any], tuple[bool, str]]
 @exercise("ch6.count_saved", "Count the tensors saved for backward", names=["count_saved"], timeout=60)
 def _count_saved(t: Tester, count_saved) -> None:
     hint = ("the backward graph's placeholders are the saved tensors plus one 'tangents_*' input per output; "
-            "bytes = numel() * element_size() of each saved tensor (node.meta['val']), default partitioner")
+            "saved tensors sharing a storage (autograd's detach aliases, views) count once: group "
+            "node.meta['val'] by StorageWeakRef(val.untyped_storage()) and add untyped_storage().nbytes() "
+            "per group; default partitioner")
     for i, (desc, make, shape, x_grad, hidden) in enumerate(COUNT_CASES):
         model = make().to("npu")
         x = randn(*shape, seed=10 + i).to("npu").requires_grad_(x_grad)

@@ -5,6 +5,13 @@ default partitioner and once with the min-cut rematerialising partitioner, and
 keeps for each: the forward and backward graphs, the tensors the forward
 saves for the backward (with their bytes), and the joint forward+backward
 graph AOTAutograd partitioned.
+
+Saved memory is counted by **storage**, not by tensor: a view or an alias
+(``detach``, ``t``, ``unsqueeze``...) of a tensor that is already kept shares
+its storage and keeps no new bytes alive. :func:`saved_tensors` finds which
+saved values share a storage from the fake tensors AOTAutograd traced with
+(``node.meta["val"]``: views of one fake tensor share its fake storage, as
+they would at run time). :func:`draw_partition` draws the cut.
 """
 
 from __future__ import annotations
@@ -14,15 +21,42 @@ from dataclasses import dataclass, field
 import torch
 import torch.fx
 from functorch.compile import aot_function, default_partition, make_boxed_func, min_cut_rematerialization_partition
+from torch.multiprocessing.reductions import StorageWeakRef
 
-from .draw import Drawing, describe_value, draw_fx
+from .draw import Drawing, _esc, describe_value, fx_lines
+
+#: how saved values and the cut look in :func:`draw_partition`
+SAVED_STYLE = ("box", "#ffedd5", 'color="#c2410c", penwidth=2')
+SAVED_ALIAS_STYLE = ("box", "#fff7ed", 'color="#c2410c", style="filled,dashed"')
+FORWARD_SAVED_EXTRA = 'color="#c2410c", penwidth=2'  # a forward value that crosses the cut: orange border
+CUT_EDGE = 'color="#c2410c", penwidth=1.6, style=dashed, fontcolor="#c2410c"'
 
 
 @dataclass
 class SavedTensor:
+    """One value the forward saves for the backward (one non-tangent input of the backward graph).
+
+    ``nbytes`` is the tensor's own size (``numel * element_size``); ``extra_bytes`` is what it adds
+    to the memory kept alive: its storage's size the first time that storage is saved, 0 for a
+    view or alias of a storage already saved (``alias_of`` names the saved tensor that owns it).
+    ``input`` names the forward input (``primals_*``) whose storage it is, if any.
+    """
+
     name: str
     description: str
     nbytes: int
+    extra_bytes: int = 0
+    alias_of: str | None = None
+    input: str | None = None
+
+    @property
+    def note(self) -> str:
+        """'alias of tanh', 'input', 'view of input primals_1' or ''."""
+        if self.alias_of:
+            return f"alias of {self.alias_of}"
+        if self.input:
+            return "input" if self.input == self.name else f"view of input {self.input}"
+        return ""
 
 
 @dataclass
@@ -37,11 +71,29 @@ class Partition:
 
     @property
     def saved_bytes(self) -> int:
+        """Bytes the saved tensors keep alive: each storage once (aliases and views add nothing)."""
+        return sum(s.extra_bytes for s in self.saved)
+
+    @property
+    def tensor_bytes(self) -> int:
+        """The saved tensors' sizes added up, an alias counted as if it were a copy (overcounts)."""
         return sum(s.nbytes for s in self.saved)
 
-    def draw(self) -> tuple[Drawing, Drawing]:
-        return (draw_fx(self.forward, f"forward ({self.partitioner})"),
-                draw_fx(self.backward, f"backward ({self.partitioner})"))
+    @property
+    def storages(self) -> int:
+        """How many distinct storages the saved tensors keep alive."""
+        return sum(1 for s in self.saved if s.alias_of is None)
+
+    def describe(self) -> str:
+        n, k = len(self.saved), self.storages
+        shared = f" in {k} storage{'s' * (k != 1)}" if k != n else ""
+        return f"saves {n} tensor{'s' * (n != 1)}{shared} ({self.saved_bytes:,} bytes)"
+
+    def draw(self, title: str | None = None, max_width_px: int | None = 1100) -> Drawing:
+        """The forward and the backward graph in one drawing, with the cut between them."""
+        if title is None:
+            title = f"{self.partitioner.replace('_', '-')} partitioner: {self.describe()}"
+        return draw_partition(self.forward, self.backward, title, max_width_px=max_width_px)
 
 
 @dataclass
@@ -50,23 +102,18 @@ class AOTReport:
     min_cut: Partition
 
     def summary(self) -> str:
-        d, m = self.default, self.min_cut
-        return (f"default partitioner saves {len(d.saved)} tensors ({d.saved_bytes:,} bytes); "
-                f"min-cut saves {len(m.saved)} tensors ({m.saved_bytes:,} bytes)")
+        return f"default partitioner {self.default.describe()}; min-cut {self.min_cut.describe()}"
 
     def _repr_html_(self) -> str:
         def table(p: Partition) -> str:
-            rows = "".join(f"<tr><td><code>{s.name}</code></td><td>{s.description}</td><td>{s.nbytes:,}</td></tr>"
-                           for s in p.saved)
+            rows = "".join(f"<tr><td><code>{s.name}</code></td><td>{s.description}</td><td>{s.nbytes:,}</td>"
+                           f"<td>{s.extra_bytes:,}</td><td>{s.note}</td></tr>" for s in p.saved)
             return (f"<h4>{p.partitioner}: {len(p.saved)} saved, {p.saved_bytes:,} bytes</h4>"
-                    f"<table><tr><th>saved</th><th>tensor</th><th>bytes</th></tr>{rows}</table>")
+                    "<table><tr><th>saved</th><th>tensor</th><th>its bytes</th><th>bytes kept alive</th>"
+                    f"<th></th></tr>{rows}</table>")
 
-        fw_d, bw_d = self.default.draw()
-        svg_f, svg_b = fw_d.svg(), bw_d.svg()
-        graphs = ""
-        if svg_f and svg_b:
-            graphs = (f"<div style='display:flex;gap:12px'><div>{svg_f}</div><div>{svg_b}</div></div>")
-        return f"<p>{self.summary()}</p>{graphs}{table(self.default)}{table(self.min_cut)}"
+        svg = self.default.draw().svg()
+        return f"<p>{self.summary()}</p>{svg or ''}{table(self.default)}{table(self.min_cut)}"
 
 
 def _nbytes(val: object) -> int:
@@ -75,14 +122,120 @@ def _nbytes(val: object) -> int:
     return 0
 
 
-def _saved(backward: torch.fx.GraphModule) -> list[SavedTensor]:
-    """The backward graph's inputs other than the incoming gradients are what forward saved."""
+def _storage(val: object) -> StorageWeakRef | None:
+    """A key equal for tensors that share a storage (fake tensors included), or None."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    try:
+        return StorageWeakRef(val.untyped_storage())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _storage_nbytes(val: object) -> int:
+    """Bytes of the storage behind ``val`` (what a view of it keeps alive), else its own size."""
+    try:
+        return int(val.untyped_storage().nbytes())
+    except (AttributeError, RuntimeError, NotImplementedError, TypeError):
+        return _nbytes(val)
+
+
+def _graph(g: torch.fx.Graph | torch.fx.GraphModule) -> torch.fx.Graph:
+    return g.graph if isinstance(g, torch.fx.GraphModule) else g
+
+
+def _is_saved(node: torch.fx.Node) -> bool:
+    return node.op == "placeholder" and not node.name.startswith("tangents")
+
+
+def saved_tensors(backward: torch.fx.Graph | torch.fx.GraphModule,
+                  forward: torch.fx.Graph | torch.fx.GraphModule | None = None) -> list[SavedTensor]:
+    """What the forward saved: the backward graph's inputs other than the incoming gradients.
+
+    Each storage is counted once, by the first saved tensor on it; later ones (views, ``detach``
+    aliases) get ``extra_bytes == 0`` and ``alias_of``. With ``forward``, saved tensors on an input's
+    storage name that input.
+    """
+    inputs: dict[StorageWeakRef, str] = {}
+    if forward is not None:
+        for n in _graph(forward).nodes:
+            key = _storage(n.meta.get("val")) if n.op == "placeholder" else None
+            if key is not None:
+                inputs.setdefault(key, n.name)
+    owner: dict[StorageWeakRef, str] = {}
     out = []
-    for n in backward.graph.nodes:
-        if n.op == "placeholder" and not n.name.startswith("tangents"):
-            val = n.meta.get("val")
-            out.append(SavedTensor(n.name, describe_value(val), _nbytes(val)))
+    for n in _graph(backward).nodes:
+        if not _is_saved(n):
+            continue
+        val = n.meta.get("val")
+        key = _storage(val)
+        alias_of = owner.get(key) if key is not None else None
+        if key is not None and alias_of is None:
+            owner[key] = n.name
+        extra = 0 if alias_of else (_storage_nbytes(val) if key is not None else _nbytes(val))
+        out.append(SavedTensor(n.name, describe_value(val), _nbytes(val), extra, alias_of,
+                               inputs.get(key) if key is not None else None))
     return out
+
+
+def _output_args(g: torch.fx.Graph) -> list:
+    out = next((n for n in g.nodes if n.op == "output"), None)
+    if out is None:
+        return []
+    args = out.args[0] if out.args else ()
+    return list(args) if isinstance(args, (tuple, list)) else [args]
+
+
+def draw_partition(forward: torch.fx.Graph | torch.fx.GraphModule, backward: torch.fx.Graph | torch.fx.GraphModule,
+                   title: str = "", max_width_px: int | None = 1100) -> Drawing:
+    """The forward graph above, the backward graph below, and the cut between them.
+
+    Orange boxes are the saved tensors (bytes each keeps alive; an alias of a saved storage is
+    dashed and keeps none); dashed orange edges cross the cut from the forward value to the
+    backward input it becomes. Green ellipses are the tangents (incoming gradients), blue ones the
+    forward's inputs.
+    """
+    fw, bw = _graph(forward), _graph(backward)
+    saved = saved_tensors(bw, fw)
+    by_name = {s.name: s for s in saved}
+    saved_nodes = [n for n in bw.nodes if _is_saved(n)]
+    fw_nodes = {n.name: n for n in fw.nodes}
+    # The forward returns (user outputs..., saved values...); the backward takes (saved..., tangents...).
+    returned = [a for a in _output_args(fw) if isinstance(a, torch.fx.Node)]
+    tail = returned[len(returned) - len(saved_nodes):] if len(saved_nodes) <= len(returned) else []
+    sources = {}
+    for i, n in enumerate(saved_nodes):
+        src = fw_nodes.get(n.name)
+        if src is None and len(tail) == len(saved_nodes):
+            src = tail[i]
+        if src is not None:
+            sources[n.name] = src.name
+    fw_style = {src: (None, None, FORWARD_SAVED_EXTRA) for src in sources.values()}
+    bw_style = {s.name: SAVED_ALIAS_STYLE if s.alias_of else SAVED_STYLE for s in saved}
+    notes = {s.name: f"alias of {s.alias_of}: 0 B more" if s.alias_of else f"saved: {s.extra_bytes:,} B"
+             for s in saved}
+    notes.update({n.name: "incoming gradient" for n in bw.nodes
+                  if n.op == "placeholder" and n.name.startswith("tangents")})
+
+    lines = ["digraph G {", '  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10, style=filled];',
+             '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
+    if title:
+        lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
+    lines += ["  subgraph cluster_forward {",
+              '    label="forward graph (runs now)"; '
+              'fontname="Helvetica"; fontsize=10; style=rounded; color="#60a5fa";']
+    lines += ["  " + line for line in fx_lines(fw, "fw:", style=fw_style)]
+    lines += ["  }", "  subgraph cluster_backward {",
+              '    label="backward graph (runs at backward())"; '
+              'fontname="Helvetica"; fontsize=10; style=rounded; color="#4ade80";']
+    lines += ["  " + line for line in fx_lines(bw, "bw:", style=bw_style, notes=notes)]
+    lines.append("  }")
+    for dst, src in sources.items():
+        s = by_name[dst]
+        label = "saved" if not s.alias_of else "alias"
+        lines.append(f'  "fw:{_esc(src)}" -> "bw:{_esc(dst)}" [label=" {label}", {CUT_EDGE}];')
+    lines.append("}")
+    return Drawing("\n".join(lines), title, max_width_px=max_width_px)
 
 
 def _run(fn, args, partitioner: str) -> Partition:
@@ -99,7 +252,7 @@ def _run(fn, args, partitioner: str) -> Partition:
 
     def bw(gm, _):
         part.backward = gm
-        part.saved = _saved(gm)
+        part.saved = saved_tensors(gm, part.forward)
         return make_boxed_func(gm.forward)
 
     compiled = aot_function(fn, fw_compiler=fw, bw_compiler=bw, partition_fn=partition_fn)

@@ -13,6 +13,17 @@ WRONG: dict[str, list[str]] = {
         "    fw = lambda gm, i: make_boxed_func(gm.forward)\n"
         "    aot_module(model, fw_compiler=fw, bw_compiler=bw)(x).sum().backward()\n"
         "    return found['n'], found['b']",
+        # adds up every saved tensor's bytes: the detach aliases autograd saves are counted twice
+        "def count_saved(model, x):\n"
+        "    found = {}\n"
+        "    def bw(gm, inputs):\n"
+        "        ph = [n for n in gm.graph.nodes if n.op == 'placeholder' and not n.name.startswith('tangents')]\n"
+        "        found['n'] = len(ph)\n"
+        "        found['b'] = sum(n.meta['val'].numel() * n.meta['val'].element_size() for n in ph)\n"
+        "        return make_boxed_func(gm.forward)\n"
+        "    fw = lambda gm, i: make_boxed_func(gm.forward)\n"
+        "    aot_module(model, fw_compiler=fw, bw_compiler=bw)(x).sum().backward()\n"
+        "    return found['n'], found['b']",
         # counts elements instead of bytes
         "def count_saved(model, x):\n"
         "    found = {}\n"
