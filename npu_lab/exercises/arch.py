@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
+from ..grading.structure import torch_calls
 from ..grading.tester import Tester, short
+from ..grading.values import is_plain_tensor
 
 chapter("arch", "PyTorch architecture and core principles", [
     "A Python call goes through the dispatcher (autograd key, then backend key) to one kernel",
@@ -33,18 +34,6 @@ chapter("arch", "PyTorch architecture and core principles", [
 # ---------------------------------------------------------------------------------------------
 # arch.view_geometry
 # ---------------------------------------------------------------------------------------------
-
-class _TorchCalls(TorchFunctionMode):
-    """Records the torch functions called while it is active."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.calls.append(getattr(func, "__name__", str(func)))
-        return func(*args, **(kwargs or {}))
-
 
 def _real_view(size, stride, offset, index):
     """What PyTorch does: make the view on a storage large enough, then index it."""
@@ -91,38 +80,46 @@ _GEOMETRY_CASES = [
 ]
 
 
+def _watched(fn, calls: list[str]):
+    """``fn``, recording into ``calls`` the torch functions it calls (it should call none)."""
+    def run(*args):
+        with torch_calls() as seen:
+            try:
+                return fn(*args)
+            finally:
+                calls.extend(seen)
+    return run
+
+
+def _no_torch_calls(t: Tester, calls: list[str], what: str) -> None:
+    t.expect(f"{what} works it out by arithmetic (it calls no torch function, creates no tensor)", not calls,
+             expected="no torch calls", got=", ".join(sorted(set(calls))[:5]) or "none",
+             hint="do not build a tensor to ask PyTorch: compute the answer yourself from the sizes and strides")
+
+
 @exercise("arch.view_geometry", "The geometry of an indexed view", names=["view_geometry"])
 def _view_geometry(t: Tester, view_geometry) -> None:
-    for size, stride, offset, index, hidden, hint in _GEOMETRY_CASES:
-        expected = _real_view(size, stride, offset, index)
-
-        def check(got, expected=expected):
-            if not isinstance(got, (tuple, list)) or len(got) != 3:
+    expected = [_real_view(size, stride, offset, index) for size, stride, offset, index, _, _ in _GEOMETRY_CASES]
+    calls: list[str] = []
+    for (size, stride, offset, index, hidden, hint), want in zip(_GEOMETRY_CASES, expected):
+        def check(value, expected=want):
+            if type(value) not in (tuple, list) or len(value) != 3:
                 return False, "return a tuple (sizes, strides, offset)" + (
-                    " (did you forget to `return`?)" if got is None else "")
-            sizes, strides, off = got
-            if not isinstance(sizes, (tuple, list)) or not isinstance(strides, (tuple, list)):
+                    " (did you forget to `return`?)" if value is None else "")
+            sizes, strides, off = value
+            if type(sizes) is not tuple or type(strides) is not tuple or type(off) is not int:
+                return False, "return (tuple, tuple, int): sizes and strides as tuples of ints, the offset an int"
+            if any(type(v) is not int for v in sizes + strides):
                 return False, "sizes and strides should be tuples of ints"
-            got_n = (tuple(sizes), tuple(strides), off)
+            got_n = (sizes, strides, off)
             if got_n == expected:
                 return True, ""
             wrong = [name for name, g, e in zip(("sizes", "strides", "offset"), got_n, expected) if g != e]
             return False, "wrong " + (wrong[0] if len(wrong) == 1 else ", ".join(wrong[:-1]) + " and " + wrong[-1])
 
-        t.case(f"view_geometry({size}, {stride}, {offset}, {_spec(index)})", view_geometry, size, stride,
-               offset, index, expected=expected, hint=hint, hidden=hidden, check=check)
-
-    mode = _TorchCalls()
-
-    def run_watched():
-        with mode:
-            return view_geometry((3, 4), (4, 1), 0, (slice(None, None, 2), 1))
-
-    outcome = t.call(run_watched)
-    if outcome.ok:
-        t.expect("view_geometry works it out by arithmetic (it calls no torch function)", not mode.calls,
-                 expected="no torch calls", got=", ".join(sorted(set(mode.calls))[:5]) or "none",
-                 hint="do not build a tensor to ask PyTorch: compute the sizes, strides and offset yourself")
+        t.case(f"view_geometry({size}, {stride}, {offset}, {_spec(index)})", _watched(view_geometry, calls), size,
+               stride, offset, index, expected=want, hint=hint, hidden=hidden, check=check)
+    _no_torch_calls(t, calls, "view_geometry")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,16 +148,17 @@ _CONTIGUITY_CASES = [
 
 @exercise("arch.contiguity", "Contiguous or not, from sizes and strides", names=["is_contiguous_by_strides"])
 def _contiguity(t: Tester, is_contiguous_by_strides) -> None:
-    for size, stride, hidden, hint in _CONTIGUITY_CASES:
-        expected = torch.empty_strided(size, stride).is_contiguous()
+    expected = [torch.empty_strided(size, stride).is_contiguous() for size, stride, _, _ in _CONTIGUITY_CASES]
+    calls: list[str] = []
+    for (size, stride, hidden, hint), want in zip(_CONTIGUITY_CASES, expected):
+        def check(value, expected=want):
+            if type(value) is not bool:
+                return False, "return True or False" + (" (did you forget to `return`?)" if value is None else "")
+            return value == expected, ""
 
-        def check(got, expected=expected):
-            if not isinstance(got, bool):
-                return False, "return True or False" + (" (did you forget to `return`?)" if got is None else "")
-            return got == expected, ""
-
-        t.case(f"is_contiguous_by_strides({size}, {stride})", is_contiguous_by_strides, size, stride,
-               expected=expected, hint=hint, hidden=hidden, check=check)
+        t.case(f"is_contiguous_by_strides({size}, {stride})", _watched(is_contiguous_by_strides, calls), size, stride,
+               expected=want, hint=hint, hidden=hidden, check=check)
+    _no_torch_calls(t, calls, "is_contiguous_by_strides")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +251,12 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
              ("a 4x5 input", randn(4, 5, seed=6, device="npu"), False),
              ("one row of large values", (randn(1, 6, seed=7) * 4).to("npu"), True),
              ("a 3x1 input", randn(3, 1, seed=8, device="npu"), True)]
+    abouts = {"one row of large values": "(here one row of large values: exp grows fast; subtracting the row's "
+                                         "max first gives the same softmax and stays finite) ",
+              "a 3x1 input": "(here a single column: every row's softmax is 1, and each row's gradient flows "
+                             "through its one element) "}
     for desc, x, hidden in cases:
+        about = abouts.get(desc, "")
         want_out, want_grad, _ = _forward_backward(softmax_rows_reference, x)
         outcome = t.call(_forward_backward, softmax_rows, x)
         if not outcome.ok:
@@ -264,13 +267,13 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
                 hint = "the result is cut off from x (a .detach() or torch.no_grad()?): backward cannot reach x"
             else:
                 hint = "softmax_rows(x) should run forward and backward like torch.softmax(x, dim=1)"
-            t.error(f"softmax_rows on {desc}: forward and backward", outcome, hidden=hidden, hint=hint)
+            t.error(f"softmax_rows on {desc}: forward and backward", outcome, hidden=hidden, hint=about + hint)
             continue
         out, grad, changed = outcome.value
         t.case(f"softmax_rows on {desc}: values", lambda o=out: o, expected=want_out, hidden=hidden,
-               hint="each row should be exp(x) divided by the row's sum of exp(x)")
+               hint=about + "each row should be exp(x) divided by the row's sum of exp(x)")
         t.case(f"softmax_rows on {desc}: gradient", lambda g=grad: g, expected=want_grad, hidden=hidden,
-               rtol=1e-4, atol=1e-5, hint="the gradient differs: did you detach part of the computation?")
+               rtol=1e-4, atol=1e-5, hint=about + "the gradient differs: did you detach part of the computation?")
         t.expect(f"softmax_rows on {desc}: the input is left unchanged", not changed, hidden=hidden,
                  expected="x._version unchanged", got="x was modified in place" if changed else "unchanged",
                  hint="do not update x in place (x.exp_(), x.data -= ...): the caller's tensor would change")
@@ -279,6 +282,6 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
     outcome = t.call(softmax_rows, x)
     if outcome.ok:
         t.expect("softmax_rows returns an npu tensor for an npu input",
-                 isinstance(outcome.value, torch.Tensor) and outcome.value.device.type == "npu",
+                 is_plain_tensor(outcome.value) and outcome.value.device.type == "npu",
                  expected="a tensor on npu", got=short(outcome.value),
-                 hint="compute on the input's device (no .cpu() round trip)")
+                 hint="return the result on the input's device: an npu input gives an npu result")

@@ -25,6 +25,7 @@ import torch
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
+from ..grading.values import allclose, check_plain
 
 chapter("ch0", "Comparing and choosing a technology", [
     "torch.compile, TorchScript, TorchFX, lazy tensors and torch.export capture a program at different levels",
@@ -198,7 +199,7 @@ def captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tens
         return False, f"synced inside the function ({exc})"
     except Exception as exc:  # noqa: BLE001 - every failure is an outcome here
         return False, f"error ({type(exc).__name__})"
-    if not (got.shape == want.shape and torch.allclose(got.cpu(), want.cpu())):
+    if not (got.shape == want.shape and allclose(got.cpu(), want.cpu())):
         return False, "wrong result"
     if effect != eager_effect:
         return False, "side effect lost"
@@ -206,10 +207,16 @@ def captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tens
 
 
 @functools.cache
-def capture_table() -> dict[str, dict[str, tuple[bool, str]]]:
-    """snippet -> technology -> (handled, what happened), measured (once per process)."""
+def _measured_table() -> tuple[tuple[str, tuple[tuple[str, tuple[bool, str]], ...]], ...]:
     x1, x2 = example_inputs()
-    return {name: {tech: captured_correctly(tech, fn, x1, x2) for tech in TECHS} for name, fn in SNIPPETS.items()}
+    return tuple((name, tuple((tech, captured_correctly(tech, fn, x1, x2)) for tech in TECHS))
+                 for name, fn in SNIPPETS.items())
+
+
+def capture_table() -> dict[str, dict[str, tuple[bool, str]]]:
+    """snippet -> technology -> (handled, what happened), measured (once per process; a fresh copy each call,
+    so that changing it changes nothing the check relies on)."""
+    return {name: dict(row) for name, row in _measured_table()}
 
 
 def _as_set(value) -> set | None:
@@ -222,6 +229,12 @@ def _as_set(value) -> set | None:
 
 @exercise("ch0.who_captures", "Which technologies capture each function?", names=["captures"])
 def _who_captures(t: Tester, captures) -> None:
+    ok, plain_captures, why = check_plain(captures)
+    if not ok:
+        t.expect("captures is plain data: a dict of sets of strings", False, expected="dict", got=why,
+                 hint='write captures = {"shape_branch": {"torch.compile", ...}, ...} with plain sets of strings')
+        return
+    captures = plain_captures
     if not isinstance(captures, dict):
         t.expect("captures is a dict: snippet name -> set of technology names", False,
                  expected="dict", got=short(captures),
@@ -304,8 +317,11 @@ def _decision_ops(ep) -> list[str]:
     return found
 
 
-def _check_exportable(t: Tester, name: str, fn: Callable, reference: Callable, inputs, hint: str) -> None:
+def _check_exportable(t: Tester, name: str, fn: Callable, reference: Callable, inputs,
+                      hints: tuple[str, str]) -> None:
     example = inputs[0][1].to("npu")
+    expected = [reference(x.to("npu")) for _, x, _ in inputs]  # before the learner's code runs
+    hint = hints[0]
     outcome = t.call(_export, fn, example)
     if not outcome.ok:
         if "data-dependent" in outcome.error or "DataDependent" in outcome.error:
@@ -324,20 +340,32 @@ def _check_exportable(t: Tester, name: str, fn: Callable, reference: Callable, i
              got=", ".join(decisions) or "no decision in the graph",
              hint="the choice must be a graph operation (torch.where(cond, a, b) or torch.cond(pred, f, g, (x,))); "
                   "a graph without one computes the same thing for every input")
+    if name == "rowwise":
+        wheres = [d for d in decisions if not d.startswith(("aten.item", "aten._local_scalar_dense"))]
+        t.expect("rowwise: one decision for all rows at once (row sums, a mask that broadcasts)", len(wheres) == 1,
+                 hidden=True, expected="1 where/cond node", got=f"{len(wheres)} decision node(s)",
+                 hint="decide all rows at once: one mask from x.sum(dim=1, keepdim=True) > 0 and one torch.where; "
+                      "a Python loop over the rows puts one decision per row in the graph (and only works for "
+                      "the example's number of rows)")
     module = ep.module()
-    for label, x, hidden in inputs:
+    for (label, x, hidden), want in zip(inputs, expected):
         x = x.to("npu")
-        t.case(f"exported {name} on {label} == {name}_reference", module, x, expected=reference(x),
-               hidden=hidden, hint=hint)
+        case_hint = hints[1] if hidden and "exactly" in label else hint
+        t.case(f"exported {name} on {label} == {name}_reference", module, x, expected=want,
+               hidden=hidden, hint=case_hint)
 
 
 @exercise("ch0.export_branches", "Make data-dependent branches exportable", names=["gate", "rowwise"])
 def _export_branches(t: Tester, gate, rowwise) -> None:
     _check_exportable(t, "gate", gate, gate_reference, _GATE_INPUTS,
-                      "the reference takes the x / 2 branch when the mean is not > 0 (also when it is exactly 0)")
+                      ("x * 2 when x.mean() > 0, else x / 2: compute both and pick with torch.where(x.mean() > 0, "
+                       "..., ...)",
+                       "the boundary: when the mean is exactly 0, `x.mean() > 0` is false, so the reference takes "
+                       "the x / 2 branch (use >, not >=)"))
     _check_exportable(t, "rowwise", rowwise, rowwise_reference, _ROW_INPUTS,
-                      "decide per row: compare row sums (x.sum(dim=1, keepdim=True) > 0) and let the mask "
-                      "broadcast over the columns; a row summing to exactly 0 takes the -row branch")
+                      ("decide per row: compare row sums (x.sum(dim=1, keepdim=True) > 0) and let the mask "
+                       "broadcast over the columns: relu(row) where the sum is positive, -row elsewhere",
+                       "the boundary: a row summing to exactly 0 is not > 0, so it takes the -row branch"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import torch._dynamo
 from torch import nn
 
 from ..grading.inputs import randn
+from ..grading.references import measured
 from ..grading.registry import chapter, exercise
 from ..grading.structure import CompileCounter
 from ..grading.tester import Tester
@@ -126,11 +127,21 @@ def _reference_counts(fn: Callable[..., Any], calls: Sequence[tuple], **compile_
     return totals
 
 
+def _expected_counts(cases: list[tuple]) -> list[list[int]]:
+    """The reference counts of every case, measured before any of the learner's code runs (again whenever
+    the notebook has changed Dynamo's settings, which the counts depend on)."""
+    return [measured(("ch1.count_graphs", desc),
+                     lambda fn=fn, calls=calls, kw=kwargs: _reference_counts(fn, calls, **kw))
+            for desc, fn, calls, kwargs, _, _ in cases]
+
+
 def _counts_ok(got: Any, expected: list[int]) -> tuple[bool, str]:
     if not isinstance(got, (list, tuple)):
         return False, f"expected a list of ints, got {type(got).__name__}" + (
             " (did you forget to `return`?)" if got is None else "")
     got = list(got)
+    if any(type(g) is not int for g in got):
+        return False, "every count must be an int"
     if len(got) != len(expected):
         return False, f"{len(got)} numbers for {len(expected)} calls (one running total per call)"
     if got == expected:
@@ -173,7 +184,7 @@ def _count_graphs(t: Tester, count_graphs) -> None:
          _seeded_mlp(), _tensors((2, 6), (3, 6), (5, 6)), {"dynamic": True}, True,
          "a module compiles like a function"),
     ]
-    expected = [_reference_counts(fn, calls, **kwargs) for _, fn, calls, kwargs, _, _ in cases]
+    expected = _expected_counts(cases)
     # No reset between the learner's calls: each must start from a fresh Dynamo state itself, because
     # the row_norm cases follow each other.
     for (desc, fn, calls, kwargs, hidden, hint), want in zip(cases, expected):
@@ -199,12 +210,14 @@ def _drive_batches(make: Callable[..., Any], fn: Any, batches: Sequence[tuple]) 
 @exercise("ch1.any_batch", "One compiled graph for every batch size", names=["compile_for_any_batch"], timeout=60)
 def _any_batch(t: Tester, compile_for_any_batch) -> None:
     cases = [
-        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (3,), (33,)], "cpu", False),
-        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,)], "cpu", False),
-        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(4,), (9,), (17,)], "npu", True),
-        ("an MLP module 6 -> 16 -> 3", _seeded_mlp(), [(5,), (32,), (7,), (2,)], "cpu", True),
+        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (3,), (33,)], "cpu", False, ""),
+        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,)], "cpu", False, ""),
+        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(4,), (9,), (17,)], "npu", True,
+         "npu tensors this time, and x.mean(0) reduces over the batch dimension itself: "),
+        ("an MLP module 6 -> 16 -> 3", _seeded_mlp(), [(5,), (32,), (7,), (2,)], "cpu", True,
+         "fn is an nn.Module this time (torch.compile takes modules too), and batch size 2 comes last: "),
     ]
-    for desc, fn, sizes, device, hidden in cases:
+    for desc, fn, sizes, device, hidden, about in cases:
         n_inputs = 2 if fn is _pairwise else 1
         width = {_gated: 8, _pairwise: 6, _softmax_scores: 10}.get(fn, 6)
         batches = [tuple(randn(b, width, seed=10 * i + j, device=device) for j in range(n_inputs))
@@ -221,16 +234,16 @@ def _any_batch(t: Tester, compile_for_any_batch) -> None:
             continue
         counter, outs = outcome.value
         t.case(f"{label}: the results equal eager", lambda o=outs: o, expected=expected, hidden=hidden, atol=1e-5,
-               hint="the compiled function must compute what fn computes, on the same device")
+               hint=about + "the compiled function must compute what fn computes, on the same device")
         t.expect(f"{label}: exactly one graph compiled", counter.frames == 1, hidden=hidden,
                  expected="1 graph", got=f"{counter.frames} graph(s)",
-                 hint=("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
-                       "by default Dynamo compiles static shapes first and makes a dimension dynamic only when a "
-                       "second size arrives (2 graphs); ask for dynamic shapes from the first call: "
-                       "dynamic=True, or torch._dynamo.mark_dynamic on dimension 0 of *every* input"))
+                 hint=about + ("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
+                               "by default Dynamo compiles static shapes first and makes a dimension dynamic only "
+                               "when a second size arrives (2 graphs); ask for dynamic shapes from the first call: "
+                               "dynamic=True, or torch._dynamo.mark_dynamic on dimension 0 of *every* input"))
         t.expect(f"{label}: every call ran the compiled graph", counter.runs == len(batches), hidden=hidden,
                  expected=f"{len(batches)} runs of compiled code", got=f"{counter.runs}",
-                 hint="the compiled function must be what runs on every call (not fn itself)")
+                 hint=about + "the compiled function must be what runs on every call (not fn itself)")
 
 
 # --- 3. a decaying learning rate without recompiles -------------------------------------------------
@@ -263,10 +276,12 @@ def _drive_two(make: Callable[..., Any], w: torch.Tensor, grads: Sequence[torch.
 @exercise("ch1.decayed_step", "A decaying learning rate that does not recompile", names=["make_decayed_step"],
           timeout=60)
 def _decayed_step(t: Tester, make_decayed_step) -> None:
-    cases = [("12 calls on cpu, w of (4, 3)", (4, 3), 12, "cpu", False),
-             ("10 calls on npu tensors, w of (6,)", (6,), 10, "npu", True),
-             ("9 calls on cpu, w of (2, 5)", (2, 5), 9, "cpu", True)]
-    for desc, shape, n, device, hidden in cases:
+    cases = [("12 calls on cpu, w of (4, 3)", (4, 3), 12, "cpu", False, ""),
+             ("10 calls on npu tensors, w of (6,)", (6,), 10, "npu", True,
+              "w and grad are npu tensors this time (a 0-dim CPU tensor may take part in npu arithmetic): "),
+             ("9 calls on cpu, w of (2, 5)", (2, 5), 9, "cpu", True,
+              "a fresh stepper with a 2-D w of another shape: ")]
+    for desc, shape, n, device, hidden, about in cases:
         w = randn(*shape, seed=1, device=device)
         grads = [randn(*shape, seed=10 + k, device=device) for k in range(n)]
         expected = _reference_steps(w, grads)
@@ -279,17 +294,17 @@ def _decayed_step(t: Tester, make_decayed_step) -> None:
             continue
         counter, outs = outcome.value
         t.case(f"{desc}: call k returns w - (0.5 / k) * grad", lambda o=outs: o, expected=expected, hidden=hidden,
-               atol=1e-6, hint="the first call uses k = 1, the second k = 2, ...; count inside each stepper")
+               atol=1e-6, hint=about + "the first call uses k = 1, the second k = 2, ...; count inside each stepper")
         t.expect(f"{desc}: one graph compiled for all {n} calls", counter.frames == 1, hidden=hidden,
                  expected="1 graph", got=f"{counter.frames} graph(s)",
-                 hint=("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
-                       "Dynamo guards every Python number the function reads (a global, a list element, an int "
-                       "argument) and recompiles when it changes (an int argument once, then dynamic: 2 graphs); "
-                       "keep the step count in a tensor"))
+                 hint=about + ("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
+                               "Dynamo guards every Python number the function reads (a global, a list element, an "
+                               "int argument) and recompiles when it changes (an int argument once, then dynamic: 2 "
+                               "graphs); keep the step count in a tensor"))
         t.expect(f"{desc}: every call ran the compiled graph", counter.runs == n, hidden=hidden,
                  expected=f"{n} runs of compiled code", got=str(counter.runs),
-                 hint="after torch._dynamo.config.recompile_limit (8) graphs Dynamo stops compiling and runs the "
-                      "function eagerly: a step that recompiles on every call ends up not compiled at all")
+                 hint=about + "after torch._dynamo.config.recompile_limit (8) graphs Dynamo stops compiling and runs "
+                              "the function eagerly: a step that recompiles on every call ends up not compiled at all")
     # two steppers count independently
     w = randn(3, seed=2)
     grads = [randn(3, seed=30 + k) for k in range(5)]

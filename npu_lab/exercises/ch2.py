@@ -295,11 +295,19 @@ def _graph_ops(t: Tester, graph_ops) -> None:
              torch.jit.trace(seeded(models.SmallCNN, device="npu"), (randn(1, 3, 32, 32, device="npu"),),
                              check_trace=False), True),
         ]
+    hidden_hints = {
+        "torch.jit.script(models.mlp())": "a scripted nn.Sequential: read module.inlined_graph (the submodules' "
+                                          "calls are inlined there), not module.graph, and leave out prim::Constant",
+        "a scripted module: a loop with an if/else inside, an if after it":
+            "blocks inside blocks: a prim::If inside a prim::Loop has blocks of its own; recurse into node.blocks() "
+            "of every node at every depth",
+        "torch.jit.trace(models.SmallCNN() on npu)": "a traced module: no blocks, but many submodules; count the "
+                                                     "inlined graph's nodes by kind (prim::Constant left out)",
+    }
     for desc, module, hidden in cases:
         expected = kinds_of(module)
         nested = sum(expected.values()) - sum(_top_level_kinds(module).values())
-        case_hint = hint if not hidden else (
-            "count every node at every depth of the inlined graph (blocks inside blocks too), no prim::Constant")
+        case_hint = hint if not hidden else hidden_hints[desc]
         if nested:
             case_hint += f" (this graph has {nested} node(s) inside blocks)"
         t.case(f"graph_ops({desc})", lambda m=module: graph_ops(m), expected=dict(sorted(expected.items())),
@@ -308,16 +316,35 @@ def _graph_ops(t: Tester, graph_ops) -> None:
 
 # --- 2. fix a trace that froze a branch ------------------------------------------------------------
 
-def _deploy_logged(deploy: Any, model: nn.Module, example: torch.Tensor) -> tuple[Any, list[str]]:
+def fingerprint(model: nn.Module) -> tuple:
+    """What a module is made of: its submodules' classes, its tensors (values, devices) and its plain settings."""
+    structure = tuple((name, type(sub)) for name, sub in model.named_modules())
+    tensors = tuple((name, t.device.type, t.dtype, t.detach().cpu().clone())
+                    for name, t in list(model.named_parameters()) + list(model.named_buffers()))
+    settings = tuple((name, k, v) for name, sub in model.named_modules() for k, v in sorted(vars(sub).items())
+                     if not k.startswith("_") and type(v) in (int, float, str, bool))
+    return structure, tensors, settings
+
+
+def unchanged(before: tuple, after: tuple) -> bool:
+    """Whether two :func:`fingerprint` results are the same."""
+    if before[0] != after[0] or before[2] != after[2] or len(before[1]) != len(after[1]):
+        return False
+    return all(a[:3] == b[:3] and a[3].shape == b[3].shape and torch.equal(a[3], b[3])
+               for a, b in zip(before[1], after[1]))
+
+
+def _deploy_logged(deploy: Any, model: nn.Module, example: torch.Tensor) -> tuple[Any, list[str], bool]:
+    before = fingerprint(model)
     with record_warnings() as log:
         deployed = deploy(model, example)
     tracer = [f"{w.message[:70]}... at `{w.source}`" if w.source else w.message[:90]
               for w in log.unique() if w.category == "TracerWarning"]
-    return deployed, tracer
+    return deployed, tracer, unchanged(before, fingerprint(model))
 
 
 def _is_script(obj: Any) -> bool:
-    return isinstance(obj, (torch.jit.ScriptModule, torch.jit.ScriptFunction))
+    return issubclass(type(obj), (torch.jit.ScriptModule, torch.jit.ScriptFunction))  # type(): no __class__ tricks
 
 
 @exercise("ch2.fix_trace", "Deploy a branching model as TorchScript that keeps its branch", names=["deploy"],
@@ -330,6 +357,8 @@ def _fix_trace(t: Tester, deploy) -> None:
         ("Screen(threshold=0.25), other weights, example damped", 7, 6, 0.25, 2, True, True),
     ]
     for desc, seed, features, threshold, batch, example_branch, hidden in cases:
+        about = (f"(here a Screen with other weights, features={features}, threshold={threshold}: deploy the model "
+                 "you are given, with its own backbone, head and threshold) ") if hidden else ""
         model = seeded(Screen, seed, "npu", features=features, threshold=threshold)
         example = screen_inputs(model, batch, seed=seed, device="npu")[example_branch]
         probes = []
@@ -343,7 +372,11 @@ def _fix_trace(t: Tester, deploy) -> None:
                     hint="torch.jit.script(model) fails on the backbone's ModuleDict; trace the backbone "
                          "(it has no control flow), then script the model around it")
             continue
-        deployed, tracer = outcome.value
+        deployed, tracer, kept = outcome.value
+        t.expect(f"deploy({desc}) leaves the model it was given unchanged", kept, hidden=hidden,
+                 expected="the same submodules, weights and settings", got="unchanged" if kept else "changed",
+                 hint="deploy the model you are given without changing it: work on a copy (copy.deepcopy(model)) "
+                      "before replacing its backbone with a traced one")
         if not _is_script(deployed):
             t.expect(f"deploy({desc}) returns TorchScript", False, hidden=hidden,
                      expected="a torch.jit.ScriptModule", got=short(deployed),
@@ -366,7 +399,8 @@ def _fix_trace(t: Tester, deploy) -> None:
             which = "damping" if branch else "doubling"
             t.case(f"{desc}: batch of {b} taking the {which} branch, on npu", lambda x, m=deployed: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
-                   hint="compare with the eager model on both branches and on batch sizes other than the example's")
+                   hint=about + "compare with the eager model on both branches and on batch sizes other than the "
+                                "example's")
 
 
 # --- 3. script a loop, save, load -----------------------------------------------------------------
@@ -391,6 +425,8 @@ def _script_loop(t: Tester, save_smoother) -> None:
     cases = [("Smoother() on npu", 0, 4, (1, 3, 6), False),
              ("Smoother(features=3) on npu, other weights", 5, 3, (2, 9, 12), True)]
     for desc, seed, features, lengths, hidden in cases:
+        about = ("(here Smoother(features=3) with other weights: build the typed module with the model's own "
+                 "feature count, model.mix.in_features // 2, and copy its weights) ") if hidden else ""
         model = seeded(Smoother, seed, "npu", features=features)
         probes = []
         for n in lengths:
@@ -420,24 +456,27 @@ def _script_loop(t: Tester, save_smoother) -> None:
         for n, x, want in probes:
             t.case(f"{desc}: the loaded module on a sequence of length {n} (cpu)", lambda x, m=loaded: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
-                   hint="the saved module must compute what model(x) computes: same weights (load_state_dict), "
-                        "same gate formula, one output row per input row")
+                   hint=about + "the saved module must compute what model(x) computes: same weights "
+                                "(load_state_dict), same gate formula, one output row per input row")
 
 
 # --- 4. torch.export with torch.cond ----------------------------------------------------------------
 
-def _export_and_round_trip(export_screen: Any, model: nn.Module, example: torch.Tensor) -> tuple[Any, Any, str]:
+def _export_and_round_trip(export_screen: Any, model: nn.Module,
+                           example: torch.Tensor) -> tuple[Any, Any, str, bool]:
+    before = fingerprint(model)
     with quiet_export():
         program = export_screen(model, example)
-    if not isinstance(program, torch.export.ExportedProgram):
-        return program, None, ""
+    kept = unchanged(before, fingerprint(model))
+    if type(program) is not torch.export.ExportedProgram:
+        return program, None, "", kept
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         path = os.path.join(folder, "screen.pt2")
         torch.export.save(program, path)
         loaded = torch.export.load(path)
     note = "; ".join(sorted({str(w.message).splitlines()[0][:100] for w in caught if "tensor" in str(w.message)}))
-    return program, loaded, note
+    return program, loaded, note, kept
 
 
 def _conds(program: torch.export.ExportedProgram) -> int:
@@ -459,6 +498,9 @@ def _export_cond(t: Tester, export_screen) -> None:
     cases = [("Screen(), example doubled", 0, 6, 0.3, 4, False, False),
              ("Screen(features=5, threshold=0.25), example damped", 3, 5, 0.25, 3, True, True)]
     for desc, seed, features, threshold, batch, example_branch, hidden in cases:
+        about = (f"(here Screen(features={features}, threshold={threshold}) with other weights, exported from an "
+                 "example on the damping branch: use the model's own submodules and threshold in torch.cond) "
+                 ) if hidden else ""
         model = seeded(Screen, seed, "npu", features=features, threshold=threshold)
         example = screen_inputs(model, batch, seed=seed, device="npu")[example_branch]
         probes = []
@@ -472,8 +514,12 @@ def _export_cond(t: Tester, export_screen) -> None:
                     hint="torch.export.export refuses the Python `if` on a tensor: write the branch with "
                          "torch.cond(pred, true_fn, false_fn, (h,)) in a module of your own")
             continue
-        program, loaded, note = outcome.value
-        if not isinstance(program, torch.export.ExportedProgram):
+        program, loaded, note, kept = outcome.value
+        t.expect(f"export_screen({desc}) leaves the model it was given unchanged", kept, hidden=True,
+                 expected="the model still on npu, with its weights", got="unchanged" if kept else "changed",
+                 hint="export_screen moved or changed the caller's model (model.cpu() moves it in place): export "
+                      "a copy (copy.deepcopy(model).cpu()) or the model as it is, on npu")
+        if type(program) is not torch.export.ExportedProgram:
             t.expect(f"export_screen({desc}) returns an ExportedProgram", False, hidden=hidden,
                      expected="torch.export.ExportedProgram", got=short(program),
                      hint="return what torch.export.export(...) returns (not .module())")
@@ -494,8 +540,8 @@ def _export_cond(t: Tester, export_screen) -> None:
             extra = f" (while saving: {note})" if note else ""
             t.case(f"{desc}: saved and loaded, batch of {b} taking the {which} branch, on cpu",
                    lambda x, m=cpu_run: m(x), x.cpu(), expected=want.cpu(), hidden=hidden, atol=1e-5,
-                   hint="the saved program must compute what the model computes on both branches: same weights, "
-                        "same formulas inside torch.cond" + extra)
+                   hint=about + "the saved program must compute what the model computes on both branches: same "
+                                "weights, same formulas inside torch.cond" + extra)
             t.case(f"{desc}: saved, loaded, moved to npu, batch of {b}, {which} branch", lambda x, m=npu_run: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
                    hint="the loaded program's .module() is an nn.Module: .to('npu') moves its weights")

@@ -21,8 +21,9 @@ from torch.nn import functional as F
 
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
-from ..grading.structure import count_calls
+from ..grading.structure import count_calls, is_graph_module
 from ..grading.tester import STUB_MESSAGE, Tester, short
+from ..grading.values import check_plain, tensors_close
 
 chapter("ch3", "TorchFX: graph capture and graph transforms", [
     "symbolic_trace runs forward once on Proxy objects and records every call as a Node",
@@ -351,7 +352,10 @@ def _swap_sigmoid(t: Tester, swap_sigmoid) -> None:
     cases = [("torch.sigmoid(fc(x)) * x.sigmoid()", _SigGate, (4, 5), False),
              ("an nn.Sigmoid submodule next to torch.tanh", _SigModule, (3, 5), False),
              ("all three spellings, a sigmoid used twice, one as an output", _SigMixed, (4, 5), True)]
+    mixed = ("(this graph has all three spellings, inside an nn.Sequential too; one sigmoid's result is used "
+             "twice and one is returned) ")
     for name, cls, shape, hidden in cases:
+        about = mixed if hidden else ""
         module = _seeded(cls)
         gm = torch.fx.symbolic_trace(module)
         before = _sigmoids(gm)
@@ -368,7 +372,7 @@ def _swap_sigmoid(t: Tester, swap_sigmoid) -> None:
                     hint="take the GraphModule, edit gm.graph, call gm.recompile(), return gm")
             continue
         new = outcome.value
-        if not isinstance(new, torch.fx.GraphModule):
+        if not is_graph_module(new):
             t.expect(f"swap_sigmoid(graph of {name}) returns a GraphModule", False, hidden=hidden,
                      expected="torch.fx.GraphModule", got=short(new),
                      hint="return the GraphModule you changed (did you forget `return gm`?)")
@@ -377,22 +381,23 @@ def _swap_sigmoid(t: Tester, swap_sigmoid) -> None:
         hards = count_calls(new, hard_sigmoid)
         t.expect(f"{name}: no sigmoid is left", left == 0, hidden=hidden, expected="0 sigmoid nodes",
                  got=f"{left} left",
-                 hint="a sigmoid can be a call_function (torch.sigmoid), a call_method (target 'sigmoid') or a "
-                      "call_module whose submodule (gm.get_submodule(node.target)) is an nn.Sigmoid")
+                 hint=about + "a sigmoid can be a call_function (torch.sigmoid), a call_method (target 'sigmoid') or "
+                      "a call_module whose submodule (gm.get_submodule(node.target)) is an nn.Sigmoid")
         t.expect(f"{name}: each sigmoid became one call_function of hard_sigmoid", hards == before, hidden=hidden,
                  expected=f"{before} hard_sigmoid calls", got=str(hards),
-                 hint="insert graph.call_function(hard_sigmoid, (node.args[0],)) before the node, then "
+                 hint=about + "insert graph.call_function(hard_sigmoid, (node.args[0],)) before the node, then "
                       "node.replace_all_uses_with(new) and graph.erase_node(node); a call_method node's target is "
                       "a string, so make a new node rather than changing the target")
         t.expect(f"{name}: the other calls are unchanged", _other_calls(new) == others, hidden=hidden,
                  expected=short(others), got=short(_other_calls(new)),
-                 hint="only sigmoid nodes may change (tanh, mul, linear... stay)")
+                 hint=about + "only sigmoid nodes may change (tanh, mul, linear... stay)")
         t.expect(f"{name}: the module's code was regenerated from the edited graph", _recompiled(new),
                  hidden=hidden, expected="gm.code matches gm.graph",
                  got="up to date" if _recompiled(new) else "gm.code is stale",
                  hint="after editing gm.graph, call gm.recompile() so gm.forward runs the new graph")
         t.case(f"{name}: the rewritten module on cpu", new, x, expected=want_cpu, hidden=hidden,
-               hint="the result must equal the module with hard_sigmoid in place of each sigmoid")
+               hint=about + "the result must equal the module with hard_sigmoid in place of each sigmoid: every use "
+                            "of a sigmoid's result (also the output) must read the new node")
         t.case(f"{name}: the rewritten module on npu", lambda g, a: g.to("npu")(a), new, x_npu,
                expected=want_npu, hidden=hidden, hint="the rewritten module must also run on npu tensors")
 
@@ -432,7 +437,9 @@ def _shape_map_ok(got: dict[str, Any], expected: dict[str, Any]) -> tuple[bool, 
     wrong = []
     for name, want in expected.items():
         have = got.get(name, _ABSENT)
-        have = have if have == _ABSENT else _normalise(have)
+        if have is not _ABSENT:
+            ok, plain_have, why = check_plain(have)  # node.meta["shape"] is the learner's value
+            have = _normalise(plain_have) if ok else f"<{why}>"
         if have != want:
             wrong.append(f"{name}: {have} instead of {want}")
     return (not wrong), "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
@@ -465,7 +472,12 @@ def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
              ("chunk (a tuple of tensors), matmul, tuple output; on npu", _seeded(_Pieces), ((5, 6),), "npu", True),
              ("models.SmallCNN on npu", _seeded(models.SmallCNN), ((2, 3, 32, 32),), "npu", True),
              ("a function of two inputs on cpu", _scaled_tanh, ((2, 7), (7,)), "cpu", True)]
+    abouts = {"chunk (a tuple of tensors), matmul, tuple output; on npu":
+              "(here chunk gives a tuple of tensors, getitem nodes pick from it, and the output is a tuple) ",
+              "models.SmallCNN on npu": "(here a convolutional network: call_module nodes, a flatten, 4-D shapes) ",
+              "a function of two inputs on cpu": "(here a plain function: two placeholders, a 0-dim mean) "}
     for desc, module, shapes, device, hidden in cases:
+        about = abouts.get(desc, "")
         on_device = copy.deepcopy(module).to(device) if isinstance(module, nn.Module) else module
         inputs = tuple(randn(*s, seed=i, device=device) for i, s in enumerate(shapes))
         expected = _reference_shapes(on_device, inputs)
@@ -479,22 +491,22 @@ def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
         out, got = outcome.value
         t.expect(f"{desc}: run() still returns the module's result", _same(out, want_out), hidden=hidden,
                  expected=short(want_out), got=short(out),
-                 hint="run_node must return the value super().run_node(n) computed")
-        t.expect(f"{desc}: node.meta['shape'] of every node matches ShapeProp",
-                 _shape_map_ok(got, expected)[0], hidden=hidden,
-                 expected=short({k: v for k, v in expected.items() if v != _ABSENT}, 300),
-                 got=_shape_map_ok(got, expected)[1],
-                 hint="a tensor gives tuple(value.shape); a tuple/list of tensors a tuple of their shapes; any other "
-                      "value (an int, a torch.Size) gets no 'shape' entry - placeholders and output count too")
+                 hint=about + "run_node must return the value super().run_node(n) computed")
+        shapes_ok, shapes_why = _shape_map_ok(got, expected)
+        t.expect(f"{desc}: node.meta['shape'] of every node matches ShapeProp", shapes_ok, hidden=hidden,
+                 expected=short({k: v for k, v in expected.items() if v != _ABSENT}, 300), got=shapes_why,
+                 hint=about + "a tensor gives tuple(value.shape); a tuple/list of tensors a tuple of their shapes; any "
+                      "other value (an int, a torch.Size) gets no 'shape' entry - placeholders and output count too")
 
 
 def _same(a: Any, b: Any) -> bool:
+    """``a`` (the learner's) equals ``b`` (the check's), compared with the check's own functions."""
     if isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(
-            a.detach().cpu(), b.detach().cpu(), atol=1e-5)
-    if isinstance(b, (tuple, list)):
-        return isinstance(a, (tuple, list)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
+        return tensors_close(a, b, atol=1e-5)
+    if type(b) in (tuple, list):
+        return type(a) in (tuple, list) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    ok, plain_a, _ = check_plain(a)
+    return ok and type(plain_a) is type(b) and b == plain_a
 
 
 # --- 4. fuse add + relu -----------------------------------------------------------------------
@@ -505,6 +517,32 @@ def _adds(gm: torch.fx.GraphModule) -> int:
 
 def _relus(gm: torch.fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if _is_relu(gm, n))
+
+
+def _describe_arg(gm: torch.fx.GraphModule, a: Any, fused: set[torch.fx.Node]) -> Any:
+    """An argument as a name that survives the rewrite: inputs, attributes and modules by name, the result
+    of a fused pair as "fused", other calls by their target, numbers as they are."""
+    if not isinstance(a, torch.fx.Node):
+        return a
+    if a.op in ("placeholder", "get_attr", "call_module"):
+        return f"{a.op}:{a.target}"
+    if a in fused:
+        return "fused"
+    target = a.target if isinstance(a.target, str) else getattr(a.target, "__name__", str(a.target))
+    return f"{a.op}:{target}"
+
+
+def _pair_args(gm: torch.fx.GraphModule) -> list[tuple]:
+    """The arguments of each fusable add, in graph order."""
+    relus = [n for n in gm.graph.nodes if _is_relu(gm, n) and n.args and _is_add(n.args[0])
+             and len(n.args[0].users) == 1]
+    return [tuple(_describe_arg(gm, a, set(relus)) for a in n.args[0].args) for n in relus]
+
+
+def _fused_args(gm: torch.fx.GraphModule) -> list[tuple]:
+    """The arguments of each fused_add_relu call, described as in :func:`_pair_args`."""
+    fused = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is fused_add_relu]
+    return [tuple(_describe_arg(gm, a, set(fused)) for a in n.args) for n in fused]
 
 
 def _warm_add_relu() -> None:
@@ -520,16 +558,21 @@ def _warm_add_relu() -> None:
           names=["fuse_add_relu"])
 def _fuse_add_relu(t: Tester, fuse_add_relu) -> None:
     _warm_add_relu()
-    cases = [("torch.relu(x + y) * 2", _AddReluBasic, False),
-             ("F.relu(fc(x) + x), then (a + y).relu()", _Residual, False),
-             ("s = x + y; relu(s) + s (the sum has two users)", _SharedSum, False),
-             ("nn.ReLU after torch.add; relu of a product", _ModuleRelu, True),
-             ("numbers on either side of +, torch.add with alpha, a chain", _ScalarsAndAlpha, True),
-             ("the sum is also returned", _SumAlsoReturned, True)]
-    for name, cls, hidden in cases:
+    cases = [("torch.relu(x + y) * 2", _AddReluBasic, False, ""),
+             ("F.relu(fc(x) + x), then (a + y).relu()", _Residual, False, ""),
+             ("s = x + y; relu(s) + s (the sum has two users)", _SharedSum, False, ""),
+             ("nn.ReLU after torch.add; relu of a product", _ModuleRelu, True,
+              "(here an nn.ReLU submodule follows torch.add(x, y), and a relu follows a product, not an add) "),
+             ("numbers on either side of +, torch.add with alpha, a chain", _ScalarsAndAlpha, True,
+              "(here x + 1.0 and 0.5 + y have a number on one side, torch.add(a, b, alpha=2.0) is not a plain add, and "
+              "one fused result feeds the next pair) "),
+             ("the sum is also returned", _SumAlsoReturned, True,
+              "(here the sum is also an output of the graph: the output node is another user of the add) ")]
+    for name, cls, hidden, about in cases:
         module = _seeded(cls)
         gm = torch.fx.symbolic_trace(module)
         pairs, adds, relus = _fusable_pairs(gm), _adds(gm), _relus(gm)
+        pair_args = _pair_args(gm)
         x, y = randn(4, 6, seed=1), randn(4, 6, seed=2)
         want_cpu = module(x, y)
         npu_module = copy.deepcopy(module).to("npu")
@@ -542,7 +585,7 @@ def _fuse_add_relu(t: Tester, fuse_add_relu) -> None:
                          "after nothing uses it")
             continue
         new = outcome.value
-        if not isinstance(new, torch.fx.GraphModule):
+        if not is_graph_module(new):
             t.expect(f"fuse_add_relu(graph of {name}) returns a GraphModule", False, hidden=hidden,
                      expected="torch.fx.GraphModule", got=short(new),
                      hint="return the GraphModule you changed (did you forget `return gm`?)")
@@ -551,17 +594,22 @@ def _fuse_add_relu(t: Tester, fuse_add_relu) -> None:
         fused = count_calls(new, fused_add_relu)
         t.expect(f"{name}: no relu is left right after a single-user add", left == 0, hidden=hidden,
                  expected="0 add -> relu pairs", got=f"{left} left",
-                 hint="a relu is torch.relu / F.relu (call_function), .relu() (call_method, target 'relu') or an "
-                      "nn.ReLU submodule (call_module); an add is a + b (operator.add) or torch.add(a, b)")
+                 hint=about + "a relu is torch.relu / F.relu (call_function), .relu() (call_method, target 'relu') or "
+                      "an nn.ReLU submodule (call_module); an add is a + b (operator.add) or torch.add(a, b)")
         t.expect(f"{name}: one fused_add_relu call per fusable pair", fused == pairs, hidden=hidden,
                  expected=f"{pairs} fused_add_relu call(s)", got=str(fused),
-                 hint="fuse only when len(add_node.users) == 1 and the add has no keyword arguments "
+                 hint=about + "fuse only when len(add_node.users) == 1 and the add has no keyword arguments "
                       "(torch.add(a, b, alpha=2) is a + 2*b); a relu of anything else stays")
         kept = (_adds(new), _relus(new))
         t.expect(f"{name}: the adds and relus that cannot be fused are kept", kept == (adds - pairs, relus - pairs),
                  hidden=hidden, expected=f"{adds - pairs} add(s), {relus - pairs} relu(s)",
                  got=f"{kept[0]} add(s), {kept[1]} relu(s)",
-                 hint="an add whose result is used elsewhere too must stay, and so must its relu")
+                 hint=about + "an add whose result is used elsewhere too must stay, and so must its relu")
+        got_args = _fused_args(new)
+        if fused == pairs and pair_args:
+            t.expect(f"{name}: fused_add_relu gets the add's two arguments, in order", got_args == pair_args,
+                     hidden=hidden, expected=short(pair_args), got=short(got_args),
+                     hint=about + "call fused_add_relu with add_node.args as they are: (a, b) for a + b, not (b, a)")
         t.expect(f"{name}: the module's code was regenerated from the edited graph", _recompiled(new),
                  hidden=hidden, expected="gm.code matches gm.graph",
                  got="up to date" if _recompiled(new) else "gm.code is stale",

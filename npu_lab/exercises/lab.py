@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..grading.inputs import randn
@@ -17,31 +18,44 @@ chapter("lab", "Getting started with the simulated NPU", [
 ])
 
 
+_STRIDE_CASES = [  # (shape, hidden, hint)
+    ((2, 3, 4), False, "the last dimension has stride 1; each earlier stride is the product of the sizes after it"),
+    ((5,), False, "a single dimension: its stride is 1"),
+    ((1, 1, 7), False, "size-1 dimensions still get a stride: the product of the sizes after them"),
+    ((6, 1), False, "the last dimension has stride 1 even when its size is 1"),
+    ((), False, "a 0-dimensional tensor (a scalar) has no strides: return an empty tuple"),
+    ((4, 1, 6, 2), True, "a size-1 dimension in the middle: its stride is the product of the sizes after it (12), "
+                         "and the dimension before it gets 1 * 12 too"),
+    ((3, 0, 2), True, "a size-0 dimension: PyTorch computes the strides before it as if that size were 1 "
+                      "(multiply by max(size, 1))"),
+]
+
+
 @exercise("lab.contiguous_strides", "Strides of a contiguous tensor", names=["contiguous_strides"])
 def _contiguous_strides(t: Tester, contiguous_strides) -> None:
-    hint = "the last dimension has stride 1; each earlier stride is the product of the sizes after it"
-    for shape in [(2, 3, 4), (5,), (1, 1, 7), (6, 1)]:
-        t.case(f"contiguous_strides({shape})", contiguous_strides, shape,
-               expected=torch.empty(shape).stride(), hint=hint,
-               check=lambda got, s=shape: _strides_ok(got, s))
-    t.case("contiguous_strides(())", contiguous_strides, (), expected=(),
-           hint="a 0-dimensional tensor (a scalar) has no strides: return an empty tuple",
-           check=lambda got: _strides_ok(got, ()))
-    for shape in [(4, 1, 6, 2), (3, 0, 2)]:
-        t.case(f"contiguous_strides({shape})", contiguous_strides, shape, expected=torch.empty(shape).stride(),
-               hidden=True, hint="does your code handle size-1 and size-0 dimensions the way PyTorch does?",
-               check=lambda got, s=shape: _strides_ok(got, s))
+    expected = [torch.empty(shape).stride() for shape, _, _ in _STRIDE_CASES]  # before the learner's code runs
+    for (shape, hidden, hint), want in zip(_STRIDE_CASES, expected):
+        t.case(f"contiguous_strides({shape})", contiguous_strides, shape, expected=want, hint=hint, hidden=hidden,
+               check=lambda got, w=want, s=shape: _strides_ok(got, w, s))
 
 
-def _strides_ok(got, shape) -> tuple[bool, str]:
-    expected = torch.empty(shape).stride()
-    if not isinstance(got, (tuple, list)):
-        return False, f"expected a tuple of ints, got {type(got).__name__}" + (
-            " (did you forget to `return`?)" if got is None else "")
-    if tuple(got) == expected:
+def _strides_ok(got, expected: tuple[int, ...], shape) -> tuple[bool, str]:
+    if type(got) is not tuple:
+        return False, f"expected a tuple of ints, got {short(got)}" + (
+            " (did you forget to `return`?)" if got is None else " (the exercise asks for a tuple)")
+    if any(type(s) is not int for s in got):
+        return False, "every stride must be an int"
+    if got == expected:
         return True, ""
     # PyTorch computes strides of size-0 dimensions as if the size were 1.
     return False, "" if len(got) == len(expected) else f"{len(got)} strides for {len(shape)} dimensions"
+
+
+_BLOCK_CASES = [  # (shape, dtype, hidden)
+    ((3,), torch.float32, False), ((128,), torch.float32, False), ((129,), torch.float32, False),
+    ((10, 10), torch.float64, False), ((0, 4), torch.float32, False),
+    ((7, 3), torch.int64, True), ((1000,), torch.float16, True), ((64,), torch.uint8, True),
+]
 
 
 @exercise("lab.block_bytes", "Predict what the NPU's caching allocator reserves", names=["block_bytes"])
@@ -50,12 +64,14 @@ def _block_bytes(t: Tester, block_bytes) -> None:
 
     hint = (f"bytes = number of elements * element size, rounded up to a multiple of {BLOCK_ROUND}; "
             "an empty tensor needs no block")
-    cases = [((3,), torch.float32), ((128,), torch.float32), ((129,), torch.float32),
-             ((10, 10), torch.float64), ((0, 4), torch.float32)]
-    hidden = [((7, 3), torch.int64), ((1000,), torch.float16), ((64,), torch.uint8)]
-    for i, (shape, dtype) in enumerate(cases + hidden):
-        t.case(f"block_bytes({shape}, {dtype})", block_bytes, shape, dtype,
-               expected=_measure(shape, dtype), hint=hint, hidden=i >= len(cases))
+    measured = [_measure(shape, dtype) for shape, dtype, _ in _BLOCK_CASES]  # before the learner's code runs
+    for (shape, dtype, hidden), want in zip(_BLOCK_CASES, measured):
+        size = torch.empty((), dtype=dtype).element_size()
+        case_hint = hint if not hidden else (
+            f"a {str(dtype).replace('torch.', '')} element is {size} byte{'s' if size > 1 else ''}: multiply the "
+            f"number of elements by the element size of the dtype you are given, then round up to {BLOCK_ROUND}")
+        t.case(f"block_bytes({shape}, {dtype})", block_bytes, shape, dtype, expected=want, hint=case_hint,
+               hidden=hidden)
 
 
 def _measure(shape: tuple[int, ...], dtype: torch.dtype) -> int:
@@ -68,85 +84,140 @@ def _measure(shape: tuple[int, ...], dtype: torch.dtype) -> int:
     return used
 
 
+def _numpy_leaky_relu(x: np.ndarray, slope: float) -> np.ndarray:
+    """The check's own reference: plain NumPy, nothing the learner can register or replace."""
+    return np.where(x > 0, x, np.float32(slope) * x).astype(np.float32)
+
+
+_LEAKY_CASES = [  # (n, slope, hidden, hint)
+    (10, 0.01, False, "out[i] = x[i] if x[i] > 0 else slope * x[i], for every i (loop over range(x.size))"),
+    (1, 0.2, False, "a single element: loop over range(x.size)"),
+    (0, 0.1, False, "an empty array: the loop runs zero times, and nothing fails"),
+    (1000, 0.5, True, "a long array: loop over every element (range(x.size)), not a fixed count"),
+    (33, -1.0, True, "a negative slope: x[i] > 0 decides, not the sign of slope * x[i]"),
+    (8, 0.0, True, "slope 0: negative inputs become 0 (multiply, do not skip the element: out starts as garbage)"),
+    (17, 1.5, True, "any slope, also one above 1: still slope * x[i] for x[i] <= 0"),
+]
+
+
 @exercise("lab.leaky_relu_kernel", "A numba kernel: leaky ReLU", names=["leaky_relu_kernel"])
 def _leaky_relu_kernel(t: Tester, leaky_relu_kernel) -> None:
     import numba
-    import numpy as np
 
-    t.expect("leaky_relu_kernel is compiled by numba (decorated with @numba.njit)",
-             isinstance(leaky_relu_kernel, numba.core.registry.CPUDispatcher),
+    is_numba = type(leaky_relu_kernel) is numba.core.registry.CPUDispatcher
+    t.expect("leaky_relu_kernel is compiled by numba (decorated with @numba.njit)", is_numba,
              expected="a numba CPUDispatcher", got=type(leaky_relu_kernel).__name__,
              hint="put @numba.njit(cache=True) above `def leaky_relu_kernel(x, out, slope):`")
+    if is_numba:
+        cached = type(leaky_relu_kernel._cache).__name__ != "NullCache"
+        t.expect("it is compiled with cache=True (kept on disk, not compiled again in a new kernel)", cached,
+                 expected="@numba.njit(cache=True)", got="cache=True" if cached else "no cache",
+                 hint="write @numba.njit(cache=True): without it numba compiles the kernel again in every new process")
 
-    def run(x: torch.Tensor, slope: float) -> torch.Tensor:
-        src = x.numpy().copy()
+    def run(x: np.ndarray, slope: float) -> tuple[torch.Tensor, bool]:
+        src = x.copy()
         out = np.full_like(src, np.nan)
         leaky_relu_kernel(src, out, slope)
-        return torch.from_numpy(out)
+        return torch.from_numpy(out.copy()), bool(np.array_equal(src, x))
 
-    hint = "out[i] = x[i] if x[i] > 0 else slope * x[i], for every i (loop over range(x.size))"
-    for n, slope, hidden in [(10, 0.01, False), (1, 0.2, False), (0, 0.1, False), (1000, 0.5, True),
-                             (33, -1.0, True)]:
-        x = randn(n, seed=n)
-        t.case(f"leaky_relu_kernel(x of {n} floats, out, slope={slope})", run, x, slope,
-               expected=torch.nn.functional.leaky_relu(x, slope), hint=hint, hidden=hidden)
+    cases = [(n, slope, hidden, hint, randn(n, seed=n).numpy()) for n, slope, hidden, hint in _LEAKY_CASES]
+    expected = [torch.from_numpy(_numpy_leaky_relu(x, slope)) for n, slope, _, _, x in cases]
+    for (n, slope, hidden, hint, x), want in zip(cases, expected):
+        desc = f"leaky_relu_kernel(x of {n} floats, out, slope={slope})"
+        outcome = t.call(run, x, slope)
+        if not outcome.ok:
+            t.error(desc, outcome, hidden=hidden, hint=hint)
+            continue
+        out, unchanged = outcome.value
+        t.case(desc, lambda o=out: o, expected=want, hint=hint, hidden=hidden)
+        if not unchanged:
+            t.expect(f"{desc}: x is left unchanged", False, hidden=hidden, expected="x unchanged",
+                     got="x was written to", hint="write the results into out; x is the kernel's input, read it only")
 
 
 def _recompiled(gm: torch.fx.GraphModule) -> bool:
     return gm.code == gm.graph.python_code(root_module="self").src
 
 
+def _f1(x):
+    return torch.pow(x, 2) + 1
+
+
+def _f2(x):
+    return torch.pow(x, 3) - torch.pow(x.sin(), 2)
+
+
+def _f3(x):
+    return torch.pow(torch.pow(x, 2), 2)
+
+
+def _f4(x):
+    y = torch.pow(x + 1, 2)
+    return y * 3, y
+
+
+#: (description, function, hidden, hint of a hidden case)
+_SQUARE_CASES = [
+    ("pow(x, 2) + 1", _f1, False, ""),
+    ("pow(x, 3) - pow(sin(x), 2)", _f2, False, ""),
+    ("pow(pow(x, 2), 2)", _f3, True, "a square of a square: both pow nodes are squares; the outer one takes the "
+                                     "inner one's result (iterate over list(gm.graph.nodes) and replace each)"),
+    ("y = pow(x + 1, 2) used twice, once as an output", _f4, True,
+     "the square's result has several users, one of them the output node: node.replace_all_uses_with(new) "
+     "moves every use, then erase the old node"),
+]
+
+
 @exercise("lab.square_to_mul", "A first compiler pass: pow(x, 2) becomes mul(x, x)", names=["square_to_mul"])
 def _square_to_mul(t: Tester, square_to_mul) -> None:
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from ..grading.structure import is_graph_module
+
     aten = torch.ops.aten
-
-    def f1(x):
-        return torch.pow(x, 2) + 1
-
-    def f2(x):
-        return torch.pow(x, 3) - torch.pow(x.sin(), 2)
-
-    def f3(x):
-        return torch.pow(torch.pow(x, 2), 2)
-
-    for name, fn, hidden in [("pow(x, 2) + 1", f1, False), ("pow(x, 3) - pow(sin(x), 2)", f2, False),
-                             ("pow(pow(x, 2), 2)", f3, True)]:
-        x = randn(4, 5, seed=1)
+    x = randn(4, 5, seed=1)
+    x_npu = randn(4, 5, seed=2, device="npu")
+    references = [fn(x_npu) for _, fn, _, _ in _SQUARE_CASES]  # before the learner's code runs
+    for (name, fn, hidden, hidden_hint), want in zip(_SQUARE_CASES, references):
         gm = make_fx(fn)(x)
-        before = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+        before = [n for n in gm.graph.nodes if n.op == "call_function"]
+        squares_before = sum(1 for n in before if n.target == aten.pow.Tensor_Scalar and n.args[1] == 2)
+        others = sum(1 for n in before if n.target == aten.pow.Tensor_Scalar and n.args[1] != 2)
+        muls_before = sum(1 for n in before if n.target == aten.mul.Tensor)
         outcome = t.call(square_to_mul, gm)
         if not outcome.ok:
             t.error(f"square_to_mul(graph of {name})", outcome, hidden=hidden,
                     hint="take a torch.fx.GraphModule, edit gm.graph, call gm.recompile(), return gm")
             continue
         new = outcome.value
-        if not isinstance(new, torch.fx.GraphModule):
+        if not is_graph_module(new):
             t.expect(f"square_to_mul(graph of {name}) returns a GraphModule", False, hidden=hidden,
                      expected="torch.fx.GraphModule", got=short(new),
                      hint="return the GraphModule you changed (did you forget `return gm`?)")
             continue
         nodes = [n for n in new.graph.nodes if n.op == "call_function"]
         squares = [n for n in nodes if n.target == aten.pow.Tensor_Scalar and n.args[1] == 2]
-        cubes = sum(1 for n in nodes if n.target == aten.pow.Tensor_Scalar and n.args[1] == 3)
+        cubes = sum(1 for n in nodes if n.target == aten.pow.Tensor_Scalar and n.args[1] != 2)
+        self_muls = sum(1 for n in nodes if n.target == aten.mul.Tensor and len(n.args) == 2
+                        and n.args[0] is n.args[1])
         muls = sum(1 for n in nodes if n.target == aten.mul.Tensor)
-        want_muls = sum(1 for n in before if n == aten.pow.Tensor_Scalar) - (1 if fn is f2 else 0)
         t.expect(f"{name}: no pow(_, 2) node is left", not squares, hidden=hidden,
                  expected="0 pow(_, 2) nodes", got=f"{len(squares)} left",
-                 hint="match node.op == 'call_function' and node.target == torch.ops.aten.pow.Tensor_Scalar "
-                      "with node.args[1] == 2")
-        t.expect(f"{name}: each square became one aten.mul.Tensor(x, x)", muls == want_muls, hidden=hidden,
-                 expected=f"{want_muls} mul nodes", got=f"{muls}",
-                 hint="insert with gm.graph.inserting_before(node), call_function(torch.ops.aten.mul.Tensor, (x, x)), "
-                      "then node.replace_all_uses_with(new) and gm.graph.erase_node(node)")
+                 hint=hidden_hint or "match node.op == 'call_function' and node.target == "
+                                     "torch.ops.aten.pow.Tensor_Scalar with node.args[1] == 2")
+        t.expect(f"{name}: each square became one aten.mul.Tensor(x, x)",
+                 muls == muls_before + squares_before and self_muls >= squares_before, hidden=hidden,
+                 expected=f"{squares_before} new mul(x, x) node(s)", got=f"{muls - muls_before} new mul node(s)",
+                 hint=hidden_hint or "insert with gm.graph.inserting_before(node), call_function("
+                                     "torch.ops.aten.mul.Tensor, (x, x)) with the pow's own input as both arguments, "
+                                     "then node.replace_all_uses_with(new) and gm.graph.erase_node(node)")
         t.expect(f"{name}: the module's code was regenerated from the edited graph", _recompiled(new),
                  hidden=hidden, expected="gm.code matches gm.graph",
                  got="up to date" if _recompiled(new) else "gm.code is stale",
                  hint="after editing gm.graph, call gm.recompile() so gm.forward runs the new graph")
-        if fn is f2:
-            t.expect(f"{name}: pow(x, 3) is left alone", cubes == 1, expected="1 pow(_, 3) node",
-                     got=f"{cubes}", hint="only exponent 2 should be rewritten")
-        x_npu = randn(4, 5, seed=2, device="npu")
+        if others:
+            t.expect(f"{name}: pow(x, 3) is left alone", cubes == others, hidden=hidden,
+                     expected=f"{others} pow(_, 3) node(s)", got=f"{cubes}", hint="only exponent 2 should be rewritten")
         t.case(f"{name}: the rewritten graph computes the same values on npu", new, x_npu,
-               expected=fn(x_npu), hidden=hidden, hint="did you call gm.recompile() after editing the graph?")
+               expected=want, hidden=hidden,
+               hint=hidden_hint or "did you call gm.recompile() after editing the graph?")

@@ -5,6 +5,18 @@
 * :func:`checklist` shows one chapter's checklist as tick boxes;
 * :func:`exercise` and :func:`chapter` declare exercises (see :mod:`npu_lab.exercises`);
 * ``python -m npu_lab.grading.notebooks`` writes ``exercises/`` from ``solutions/``.
+
+A check can be trusted whatever the answer does (see the modules for how):
+
+* :mod:`.guard` - every call of the learner's code ends within its time limit (a timeout that is
+  not an ``Exception`` and comes back, a watchdog, a child process for compiled code), its output
+  is captured and capped, and whatever it raises comes back as a trimmed message;
+* :mod:`.isolation` - global state the learner's code changes is put back after each call and
+  each check (dtype, device, grad mode, seeds, flags, modes, patched modules, kernel registrations);
+* :mod:`.values` - values are compared as plain data by the check's own functions, never by the
+  learner's objects;
+* :mod:`.references` - expected values from formulas the learner cannot change;
+* :func:`check` never raises: it always returns a result that renders, failures first.
 """
 
 from .check import check, grade

@@ -34,6 +34,10 @@ class Exercise:
     names: tuple[str, ...]
     grader: Callable[..., None]
     timeout: float = DEFAULT_TIMEOUT
+    #: The answer registers kernels that must stay while the check runs (``ch7.register_kernel``). Otherwise a
+    #: kernel a call of the learner's code registers is removed when that call returns, so it cannot change
+    #: what the check computes next.
+    keeps_registrations: bool = False
 
     @property
     def chapter(self) -> str:
@@ -57,14 +61,24 @@ EXERCISES: dict[str, Exercise] = {}
 CHAPTERS: dict[str, Chapter] = {}
 
 
-def exercise(exercise_id: str, title: str, names: list[str] | tuple[str, ...],
-             timeout: float = DEFAULT_TIMEOUT) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register the decorated function as the grader of ``exercise_id``."""
+#: Exercises whose answers register kernels the check then uses (until their modules say so themselves).
+KEEPS_REGISTRATIONS = {"ch7.register_kernel"}
+
+
+def exercise(exercise_id: str, title: str, names: list[str] | tuple[str, ...], timeout: float = DEFAULT_TIMEOUT,
+             keeps_registrations: bool = False) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register the decorated function as the grader of ``exercise_id``.
+
+    ``keeps_registrations``: kernels registered by the learner's code stay registered until the
+    check ends (for an exercise about registering a kernel); otherwise each is removed as soon as
+    the call of the learner's code that registered it returns.
+    """
     if "." not in exercise_id:
         raise ValueError(f"exercise ids look like 'chapter.name', got {exercise_id!r}")
 
     def register(grader: Callable[..., None]) -> Callable[..., None]:
-        EXERCISES[exercise_id] = Exercise(exercise_id, title, tuple(names), grader, timeout)
+        keeps = keeps_registrations or exercise_id in KEEPS_REGISTRATIONS
+        EXERCISES[exercise_id] = Exercise(exercise_id, title, tuple(names), grader, timeout, keeps)
         return grader
 
     return register

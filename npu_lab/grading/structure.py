@@ -73,3 +73,56 @@ def graph_breaks(fn: Callable[..., Any], *args: Any) -> list[str]:
     finally:
         torch._dynamo.reset()
     return [str(b.reason) for b in report.break_reasons]
+
+
+def is_graph_module(obj: Any) -> bool:
+    """A real ``torch.fx.GraphModule``, whose ``graph`` and ``code`` are FX's own.
+
+    FX gives every GraphModule a class of its own (so that ``recompile`` can set
+    its ``forward``); a learner's subclass that overrides ``graph``, ``code`` or
+    ``recompile`` to show something other than what runs does not count.
+    """
+    cls = type(obj)
+    if not issubclass(cls, torch.fx.GraphModule):
+        return False
+    gm = torch.fx.GraphModule
+    for name in ("graph", "code", "recompile", "__getattr__", "__getattribute__", "__class__"):
+        if getattr(cls, name, None) is not getattr(gm, name, None):
+            return False
+    return isinstance(vars(obj).get("_graph"), torch.fx.Graph) and type(vars(obj)["_graph"]) is torch.fx.Graph
+
+
+class torch_calls:  # noqa: N801 - used like a function: ``with torch_calls() as calls:``
+    """Records the torch functions called (and the operators dispatched) inside a ``with`` block.
+
+    ``with torch_calls() as seen: ...`` then ``seen`` lists their names: used to check
+    that an answer "computes it without asking PyTorch" (creates no tensor).
+    """
+
+    def __init__(self) -> None:
+        from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        calls: list[str] = []
+        self.calls = calls
+
+        class _Functions(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                calls.append(getattr(func, "__name__", str(func)))
+                return func(*args, **(kwargs or {}))
+
+        class _Operators(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                calls.append(str(func))
+                return func(*args, **(kwargs or {}))
+
+        self._modes = (_Functions(), _Operators())
+
+    def __enter__(self) -> list[str]:
+        for m in self._modes:
+            m.__enter__()
+        return self.calls
+
+    def __exit__(self, *exc: object) -> None:
+        for m in reversed(self._modes):
+            m.__exit__(*exc)

@@ -2,6 +2,24 @@
 
 WRONG: dict[str, list[str]] = {
     "arch.view_geometry": [
+        # asks PyTorch only when the index has a step slice (the rule: no tensor in any case)
+        "def view_geometry(size, stride, offset, index):\n"
+        "    if any(isinstance(i, slice) and (i.step or 1) > 1 for i in index):\n"
+        "        v = torch.empty(1000).as_strided(size, stride, offset)[index]\n"
+        "        return tuple(v.shape), tuple(v.stride()), v.storage_offset()\n"
+        "    sizes, strides = [], []\n    for d, item in enumerate(index):\n"
+        "        if isinstance(item, slice):\n            start, stop, step = item.indices(size[d])\n"
+        "            sizes.append(len(range(start, stop, step)))\n            strides.append(stride[d] * step)\n"
+        "            offset += start * stride[d]\n        else:\n            offset += (item % size[d]) * stride[d]\n"
+        "    n = len(index)\n    return tuple(sizes) + tuple(size[n:]), tuple(strides) + tuple(stride[n:]), offset",
+        # right numbers as lists: the text asks for (tuple, tuple, int)
+        "def view_geometry(size, stride, offset, index):\n    sizes, strides = [], []\n"
+        "    for d, item in enumerate(index):\n        if isinstance(item, slice):\n"
+        "            start, stop, step = item.indices(size[d])\n"
+        "            sizes.append(len(range(start, stop, step)))\n"
+        "            strides.append(stride[d] * step)\n            offset += start * stride[d]\n"
+        "        else:\n            offset += (item % size[d]) * stride[d]\n"
+        "    n = len(index)\n    return sizes + list(size[n:]), strides + list(stride[n:]), offset",
         # ignores negative integers
         "def view_geometry(size, stride, offset, index):\n    sizes, strides = [], []\n"
         "    for d, item in enumerate(index):\n        if isinstance(item, slice):\n"
@@ -31,6 +49,9 @@ WRONG: dict[str, list[str]] = {
         "    return tuple(v.shape), v.stride(), v.storage_offset()",
     ],
     "arch.contiguity": [
+        # right answers, by asking PyTorch (the text: "without creating a tensor")
+        "def is_contiguous_by_strides(size, stride):\n"
+        "    return torch.empty_strided(size, stride).is_contiguous()",
         # compares with the contiguous strides exactly: wrong for size-1 dimensions
         "def is_contiguous_by_strides(size, stride):\n    want, step = [], 1\n    for s in reversed(size):\n"
         "        want.append(step)\n        step *= max(s, 1)\n    return tuple(stride) == tuple(reversed(want))",

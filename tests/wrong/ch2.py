@@ -27,6 +27,9 @@ WRONG: dict[str, list[str]] = {
         "def graph_ops(module):\n    return dict(Counter(re.findall(r'= (aten::\\w+)', str(module.inlined_graph))))",
     ],
     "ch2.fix_trace": [
+        # works, but replaces the backbone of the caller's model ("deploy the model you are given")
+        "def deploy(model, example):\n    model.backbone = torch.jit.trace(model.backbone, (example,))\n"
+        "    return torch.jit.script(model)",
         # the bug itself: trace the whole model (one branch frozen, TracerWarning)
         "def deploy(model, example):\n    return torch.jit.trace(model, (example,))",
         # script the whole model: the backbone's ModuleDict indexing does not compile
@@ -59,6 +62,10 @@ WRONG: dict[str, list[str]] = {
         "    torch.jit.save(torch.jit.script(TypedSmoother(model.mix.in_features // 2)), path)",
     ],
     "ch2.export_cond": [
+        # works, but moves the caller's model to the CPU (model.cpu() is in place)
+        "def export_screen(model, example):\n    batch = torch.export.Dim('batch')\n"
+        "    return torch.export.export(ScreenCond(model.cpu()).eval(), (example.cpu(),),\n"
+        "                               dynamic_shapes={'x': {0: batch}})",
         # export the model as it is: the Python `if` on a tensor is refused
         "def export_screen(model, example):\n    cpu = copy.deepcopy(model).cpu()\n"
         "    return torch.export.export(cpu, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",

@@ -66,6 +66,17 @@ WRONG: dict[str, list[str]] = {
         "            n.meta['shape'] = tuple(tuple(r.shape) for r in result)",
     ],
     "ch3.fuse_add_relu": [
+        # fuses right, but hands the add's arguments over swapped (the text: "in order")
+        "def fuse_add_relu(gm):\n    g = gm.graph\n    for n in list(g.nodes):\n"
+        "        relu = (n.op == 'call_function' and n.target in (torch.relu, F.relu)) or "
+        "(n.op == 'call_method' and n.target == 'relu') or "
+        "(n.op == 'call_module' and isinstance(gm.get_submodule(n.target), nn.ReLU))\n"
+        "        a = n.args[0] if n.args else None\n"
+        "        if relu and isinstance(a, torch.fx.Node) and a.op == 'call_function' "
+        "and a.target in (operator.add, torch.add) and len(a.users) == 1 and not a.kwargs and len(a.args) == 2:\n"
+        "            with g.inserting_before(n):\n                f = g.call_function(fused_add_relu, a.args[::-1])\n"
+        "            n.replace_all_uses_with(f)\n            g.erase_node(n)\n            g.erase_node(a)\n"
+        "    gm.recompile()\n    return gm",
         # ignores other users of the sum: fuses relu(s) even when s is needed elsewhere
         "def fuse_add_relu(gm):\n    g = gm.graph\n    for n in list(g.nodes):\n"
         "        relu = (n.op == 'call_function' and n.target in (torch.relu, F.relu)) or "
