@@ -3,8 +3,8 @@
 Run:  .venv/bin/python benchmarks/collectives.py [--quick]
 
 Two processes (this machine's cores) run each collective on buffers of several sizes.
-For each: the simulated time on the device clock (the α–β link model of
-``npu_lab.distributed.cost``) and the bus bandwidth it implies (NCCL's definition:
+For each: the simulated time on the device's communication stream (the α–β link
+model of ``npu_lab.distributed.cost``) and the bus bandwidth it implies (NCCL's definition:
 algorithm bandwidth times the collective's factor, 2(p-1)/p for allreduce), then the
 host time per call of npuccl on npu tensors and of plain gloo on CPU tensors, measured
 in the same run. Nothing is asserted.
@@ -56,7 +56,7 @@ def _host_us(fn, repeat: int) -> float:
 
 def _worker(rank: int, world: int, port: int, results: dict, repeat: int) -> None:
     import npu_lab  # noqa: F401 - registers the device and npuccl
-    from npu_lab.distributed import cost
+    from npu_lab.distributed import cost, timeline
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("cpu:gloo,npu:npuccl", rank=rank, world_size=world)
@@ -65,19 +65,18 @@ def _worker(rank: int, world: int, port: int, results: dict, repeat: int) -> Non
     rows = []
     for op in OPS:
         for nbytes in SIZES:
-            stream = torch.npu.current_stream()
             torch.npu.synchronize()
-            start = torch.Event(device="npu", enable_timing=True)
-            end = torch.Event(device="npu", enable_timing=True)
-            start.record(stream)
-            _run(op, nbytes, "npu", dist.group.WORLD, world)
-            end.record(stream)
-            end.synchronize()
-            sim_us = start.elapsed_time(end) * 1e3
+            with timeline.recording() as records:  # the collective on npuccl's communication stream
+                _run(op, nbytes, "npu", dist.group.WORLD, world)
+            (rec,) = records
+            sim_us = rec.end_us - rec.start_us
             npu_host = _host_us(lambda op=op, nbytes=nbytes: _run(op, nbytes, "npu", dist.group.WORLD, world),
                                 repeat)
             cpu_host = _host_us(lambda op=op, nbytes=nbytes: _run(op, nbytes, "cpu", gloo, world), repeat)
-            rows.append((op, nbytes, sim_us, cost.bus_bandwidth(op, nbytes, world, sim_us), npu_host, cpu_host))
+            # bus bandwidth from the size the collective is costed on (nccl-tests: the whole buffer for
+            # all-gather, reduce-scatter and all-to-all, one rank's buffer for allreduce and broadcast)
+            rows.append((op, rec.nbytes, sim_us, cost.bus_bandwidth(op, rec.nbytes, world, sim_us), npu_host,
+                         cpu_host))
     if rank == 0:
         results["rows"] = rows
     dist.barrier()
@@ -101,7 +100,8 @@ def main() -> None:
         mp.spawn(_worker, args=(world, _free_port(), results, 3 if args.quick else 10), nprocs=world)
         rows = results["rows"]
     print(f"torch {torch.__version__}, {world} processes, {os.cpu_count()} CPU cores")
-    print(f"{'collective':<15} {'bytes':>9}  {'simulated':>10}  {'bus GB/s':>8}  {'npuccl host':>11}  "
+    print("size: one rank's buffer (allreduce, broadcast), the whole buffer (allgather, reduce_scatter, alltoall)")
+    print(f"{'collective':<15} {'size':>9}  {'simulated':>10}  {'bus GB/s':>8}  {'npuccl host':>11}  "
           f"{'gloo host':>9}  {'host ratio':>10}")
     for op, nbytes, sim_us, busbw, npu_host, cpu_host in rows:
         print(f"{op:<15} {nbytes:>9}  {sim_us:>8.1f}us  {busbw:>8.2f}  {npu_host:>9.0f}us  {cpu_host:>7.0f}us  "

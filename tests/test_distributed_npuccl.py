@@ -338,6 +338,30 @@ def check_debug_log(rank: int, gloo: dist.ProcessGroup) -> None:
     assert captured.getvalue().count("\n") == 2
 
 
+def check_functional_collectives_find_the_group_by_name(rank: int, gloo: dist.ProcessGroup) -> None:
+    # torch.distributed._functional_collectives (FSDP2, DTensor, torch.compile) dispatch through c10d ops
+    # that look the group up by name, and their wait_tensor is a stream wait on the comm stream.
+    import torch.distributed._functional_collectives as funcol
+
+    from npu_lab.distributed import timeline
+
+    group = dist.group.WORLD
+    assert group.group_name == "0", group.group_name
+    x = npu(data(rank, (6,), torch.float32))
+    want = sum(data(r, (6,), torch.float32) for r in range(WORLD))
+    index = torch.npu.current_device()
+    with timeline.recording() as records:
+        total = funcol.all_reduce(x, "sum", group)
+        same(total, want, "functional all_reduce")  # reading it waits (wait_tensor)
+    (rec,) = records
+    assert torch.npu.current_stream().simulated_time_us >= rec.end_us
+    assert rec.device == index
+    gathered = funcol.all_gather_tensor(x, 0, group)
+    same(gathered, torch.cat([data(r, (6,), torch.float32) for r in range(WORLD)]), "functional all_gather")
+    piece = funcol.reduce_scatter_tensor(npu(torch.arange(4.0)), "sum", 0, group)
+    same(piece, torch.arange(4.0).chunk(WORLD)[rank] * WORLD, "functional reduce_scatter")
+
+
 def check_ddp_equals_one_process(rank: int, gloo: dist.ProcessGroup) -> None:
     from torch.nn.parallel import DistributedDataParallel
 

@@ -279,3 +279,45 @@ def test_references_are_pure_numpy():
         assert references.foreign_keys(lib) == ["aten/hardswish/CPU"]
     finally:
         lib._destroy()
+
+
+def test_numpy_conv_and_batch_norm_references_match_pytorch():
+    from npu_lab.grading import references
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 7, 6, generator=g)
+    for stride, padding, groups in [(1, 0, 1), (2, 1, 2), (1, 2, 4)]:
+        w = torch.randn(8, 4 // groups, 3, 3, generator=g)
+        b = torch.randn(8, generator=g)
+        want = torch.nn.functional.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+        got = references.conv2d(references.array(x), references.array(w), references.array(b), stride, padding, groups)
+        assert torch.allclose(torch.from_numpy(got).float(), want, atol=1e-4)
+    mean, var = torch.randn(4, generator=g), torch.rand(4, generator=g) + 0.5
+    weight, bias = torch.randn(4, generator=g), torch.randn(4, generator=g)
+    want = torch.nn.functional.batch_norm(x, mean, var, weight, bias, training=False, eps=1e-3)
+    got = references.batch_norm(*(references.array(t) for t in (x, mean, var, weight, bias)), 1e-3)
+    assert torch.allclose(torch.from_numpy(got).float(), want, atol=1e-5)
+    got = references.batch_norm(references.array(x), references.array(mean), references.array(var), None, None, 1e-5)
+    want = torch.nn.functional.batch_norm(x, mean, var, training=False)
+    assert torch.allclose(torch.from_numpy(got).float(), want, atol=1e-5)
+
+
+def test_dynamos_own_module_patch_is_not_blamed_on_the_learner():
+    from npu_lab.grading import isolation
+
+    snap = isolation.snapshot()
+    init = torch.nn.Module.__init__
+
+    def patched_init(self, *args, **kwargs):  # what torch._dynamo.mutation_guard installs on its first compile
+        init(self, *args, **kwargs)
+
+    patched_init.__module__ = "torch._dynamo.mutation_guard"
+    torch.nn.Module.__init__ = patched_init
+    try:
+        changed = snap.restore()
+        assert not any("Module.__init__" in c for c in changed) and torch.nn.Module.__init__ is patched_init
+    finally:
+        torch.nn.Module.__init__ = init
+    snap = isolation.snapshot()
+    torch.nn.Module.__init__ = lambda self, *a, **k: init(self, *a, **k)  # anyone else's patch is undone
+    assert "torch.nn.Module.__init__" in snap.restore() and torch.nn.Module.__init__ is init

@@ -51,7 +51,7 @@ from npu_lab.grading import tester as tester_module
 
 load_all()
 
-CHAPTERS = ("lab", "arch", "ch0", "ch1", "ch2", "ch3", "ch4", "ch5", "ch6", "ch7", "ch8")
+CHAPTERS = ("lab", "arch", "ch0", "ch1", "ch2", "ch3", "ch4", "ch5", "ch6", "ch7", "ch8", "p1")
 IDS = sorted(e for e in EXERCISES if e.split(".", 1)[0] in CHAPTERS)
 FULL = os.environ.get("NPU_LAB_ATTACKS", "") == "full"
 #: Seconds each call of an attacking answer may take (the checks' own limits are 5 to 120 s).
@@ -63,7 +63,8 @@ DEADLINE = 60.0
 KINDS = {("ch0.who_captures", "captures"): "dict", ("ch4.count_graphs", "graphs"): "dict",
          ("ch6.predict_partitioner", "fewer_bytes"): "dict", ("ch6.compiler_pair", "compile_log"): "list",
          ("ch3.shape_interpreter", "ShapeInterpreter"): "class",
-         ("lab.leaky_relu_kernel", "leaky_relu_kernel"): "numba"}
+         ("lab.leaky_relu_kernel", "leaky_relu_kernel"): "numba", ("ch7.dispatch_mode", "StepLog"): "mode",
+         ("arch.custom_function", "SlopedSwish"): "class", ("ch4.step_closures", "StepClosures"): "class"}
 
 
 def _data_keys(eid: str) -> list[str]:
@@ -100,6 +101,24 @@ class _Poisoned(dict):
     __getitem__ = get = items = keys = values = __iter__ = __len__ = __contains__ = __eq__ = __bool__ = _run
 
 
+def _attack_mode(act: Callable[[], Any], ops: Callable[[], Any] | None = None) -> type:
+    """A TorchDispatchMode class that does ``act()`` on every ATen call (or, given ``ops``, passes the calls
+    through and holds ``ops()`` as its log and its byte count)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    def init(self):
+        TorchDispatchMode.__init__(self)
+        if ops is not None:
+            self.ops, self.copied = ops(), ops()
+
+    def dispatch(self, func, types, args=(), kwargs=None):
+        if ops is not None:
+            return func(*args, **(kwargs or {}))
+        return act()
+
+    return type("AttackMode", (TorchDispatchMode,), {"__init__": init, "__torch_dispatch__": dispatch})
+
+
 def answers(eid: str, act: Callable[[], Any]) -> dict[str, Any]:
     """Every answer of ``eid`` made to do ``act()`` whenever the check uses it."""
     ex = EXERCISES[eid]
@@ -112,6 +131,8 @@ def answers(eid: str, act: Callable[[], Any]) -> dict[str, Any]:
             out[name] = _Poisoned(act)
         elif kind == "class":
             out[name] = type("Attack", (torch.fx.Interpreter,), {"run_node": lambda self, n: act()})
+        elif kind == "mode":
+            out[name] = _attack_mode(act)
         else:
             out[name] = lambda *a, **k: act()
     return out
@@ -133,7 +154,7 @@ def _attacked_registrations() -> frozenset[str]:
     """The live registrations of the operators the attacks register kernels for (PyTorch itself registers
     others on first use, legitimately)."""
     return frozenset(k for k in isolation.live_registrations()
-                     if k.split("/")[1] in ("relu", "hardswish", "hardswish.out", "elu", "elu.out"))
+                     if k.split("/")[1] in ("relu", "hardswish", "hardswish.out", "sigmoid", "silu"))
 
 
 def world() -> dict[str, Any]:
@@ -206,21 +227,8 @@ def good_contiguity(size, stride):
     return True
 
 
-def good_choose(req):
-    def has(k):
-        return bool(req.get(k, False))
-    if has("deploy_without_python"):
-        return "torchscript" if has("legacy_torchscript_runtime") else "torch.export"
-    if has("whole_step_graphs"):
-        return "lazy"
-    if has("custom_graph_pass"):
-        return "torch.compile" if has("data_dependent_control_flow") else "torch.fx"
-    return "torch.compile" if has("needs_speedup") else "eager"
-
-
 GOOD = {"lab.contiguous_strides": {"contiguous_strides": good_contiguous_strides},
-        "arch.contiguity": {"is_contiguous_by_strides": good_contiguity},
-        "ch0.choose": {"choose": good_choose}}
+        "arch.contiguity": {"is_contiguous_by_strides": good_contiguity}}
 
 
 def assert_still_grades() -> None:
@@ -706,28 +714,113 @@ def _hardswish_registered_for_cpu_too():
     return lib
 
 
-@pytest.mark.xfail(reason="ch7.register_kernel (not this session's file) computes its expected values with "
-                          "F.hardswish on the CPU after the learner registered: it must compute them before "
-                          "register_hardswish() runs or with npu_lab.grading.references.hardswish, and reject "
-                          "libraries with registrations other than PrivateUse1 (references.foreign_keys)",
-                   strict=False)
 def test_ch7_a_wrong_kernel_registered_for_the_cpu_too_is_not_its_own_reference():
     r = grade(EXERCISES["ch7.register_kernel"], {"register_hardswish": _hardswish_registered_for_cpu_too})
-    assert not any(c.passed for c in r.cases if "equals the CPU's" in c.description), str(r)
+    values = [c for c in r.cases if c.description.startswith("F.hardswish(") and "(0, 3)" not in c.description]
+    assert values and not any(c.passed for c in values), str(r)
+    assert any(not c.passed and "PrivateUse1) key only" in c.description for c in r.cases), str(r)
+    assert r.status == NOT_YET and F.hardswish(torch.tensor([4.0])).tolist() == [4.0]
 
 
-def test_ch8_a_cpu_kernel_registered_inside_a_call_is_gone_before_the_next_reference():
-    calls = []
+def test_ch7_a_right_kernel_registered_for_the_cpu_too_fails_only_that_rule():
+    from npu_lab.inspect.dispatch import dispatch_table
 
-    def elu_npu(self, alpha=1.0, scale=1.0, input_scale=1.0):
+    @numba.njit
+    def loop(x, out):
+        for i in range(x.size):
+            out[i] = x[i] * min(max(x[i] + 3.0, 0.0), 6.0) / 6.0
+
+    def kernel(self):
+        src = self.contiguous()
+        out = torch.empty_like(src)
+        loop(npu_lab.device_array(src).reshape(-1), npu_lab.device_array(out).reshape(-1))
+        return out
+
+    def register_hardswish():
         lib = torch.library.Library("aten", "IMPL")
-        lib.impl("elu", lambda x, alpha=1.0, scale=1.0, input_scale=1.0: x * 0.0, "CPU")
-        calls.append(lib)
-        return torch.zeros_like(self)
+        lib.impl("hardswish", kernel, "PrivateUse1")
+        lib.impl("hardswish", lambda x: x * (x + 3).clamp(0, 6) / 6, "CPU")
+        return lib
 
-    r = grade(EXERCISES["ch8.elu_kernel"], {"elu_npu": elu_npu})
-    assert r.status == NOT_YET and all(lib.m is None for lib in calls)
-    assert F.elu(torch.tensor([1.0])).tolist() == [1.0]
+    def only_npu():
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl("hardswish", kernel, "PrivateUse1")
+        return lib
+
+    before = world()
+    r = grade(EXERCISES["ch7.register_kernel"], {"register_hardswish": register_hardswish})
+    failed = [c.description for c in r.cases if not c.passed]
+    assert failed == ["your code registers kernels for the npu (PrivateUse1) key only"], str(r)
+    assert grade(EXERCISES["ch7.register_kernel"], {"register_hardswish": only_npu}).passed
+    assert_same_world(before, world())
+    table = dispatch_table("aten::hardswish")
+    assert table["PrivateUse1"].kind == "kernel" and "CPU" in table  # the lab's kernel is back, the CPU's own
+    assert F.hardswish(torch.tensor([4.0], device="npu")).cpu().tolist() == [4.0]
+
+
+def test_ch7_a_notebook_level_cpu_kernel_cannot_make_a_wrong_custom_op_pass():
+    """A wrong aten::silu registered for the CPU and npu before the check: swiglu built on it computes zeros,
+    and so would a reference computed with F.silu; the check's reference is NumPy's."""
+    lib = torch.library.Library("aten", "IMPL")
+    for key in ("CPU", "PrivateUse1"):
+        lib.impl("silu", lambda x: torch.zeros_like(x), key)
+    try:
+        @torch.library.custom_op("ch7attack::swiglu", mutates_args=())
+        def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return F.silu(a) * b
+
+        swiglu.register_fake(lambda a, b: torch.empty_like(a))
+        r = grade(EXERCISES["ch7.custom_op"], {"swiglu": swiglu})
+    finally:
+        lib._destroy()
+    values = [c for c in r.cases if c.description.startswith("swiglu(a, b) for") and "(0, 3)" not in c.description]
+    assert values and not any(c.passed for c in values), str(r)
+
+
+def test_ch8_fold_bn_references_are_computed_before_the_answer_runs():
+    """The answer patches the grading code's NumPy references and the comparison, then returns a module with
+    the BatchNorms simply dropped (wrong values): it must fail, and leave the grading code as it was."""
+    from npu_lab.grading import references, values
+
+    def fold_bn(model):
+        references.batch_norm = lambda x, *a, **k: x
+        references.conv2d = lambda *a, **k: 0
+        values.tensors_close = lambda *a, **k: True
+        gm = torch.fx.symbolic_trace(model)
+        for node in list(gm.graph.nodes):
+            if node.op == "call_module" and "BatchNorm" in type(gm.get_submodule(node.target)).__name__:
+                node.replace_all_uses_with(node.args[0])
+                gm.graph.erase_node(node)
+        gm.recompile()
+        return gm
+
+    before = world()
+    r = grade(EXERCISES["ch8.fold_bn"], {"fold_bn": fold_bn})
+    assert r.status == NOT_YET
+    assert any(not c.passed and "computes what the model did" in c.description for c in r.cases), str(r)
+    assert references.batch_norm.__module__ == "npu_lab.grading.references"
+    assert values.tensors_close.__module__ == "npu_lab.grading.values"
+    assert_same_world(before, world())
+
+
+def test_ch8_a_kernel_registered_by_a_pass_does_not_change_the_silu_reference():
+    """The pass leaves the graph alone and registers a sigmoid that returns zeros for the CPU and npu (kept
+    alive): the compiled result is then x * 0 + 1, and so would a reference computed on the CPU afterwards."""
+    kept = []
+
+    def fuse_silu(gm):
+        lib = torch.library.Library("aten", "IMPL")
+        for key in ("CPU", "PrivateUse1"):
+            lib.impl("sigmoid", lambda x: torch.zeros_like(x), key)
+        kept.append(lib)
+        return []
+
+    r = grade(EXERCISES["ch8.silu_pass"], {"fuse_silu": fuse_silu})
+    assert r.status == NOT_YET and all(lib.m is None for lib in kept)
+    eager = [c for c in r.cases if c.description.endswith("compiled result equals eager")
+             and "sigmoid(y)" not in c.description]
+    assert eager and not any(c.passed for c in eager), str(r)  # the references were computed before the pass
+    assert torch.sigmoid(torch.tensor([0.0])).tolist() == [0.5]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -855,6 +948,8 @@ def _fake_answers(eid: str, member: str) -> dict[str, Any]:
     ans = answers(eid, FAKES[member])
     if eid == "ch3.shape_interpreter":
         ans["ShapeInterpreter"] = _fake_interpreter(member)
+    if eid == "ch7.dispatch_mode":
+        ans["StepLog"] = _attack_mode(lambda: None, ops=FAKES[member])
     if eid == "ch6.compiler_pair":
         log = [AlwaysEqual()] * 2 if member != "list of always-equal" else [("forward", EqInt(0))] * 2
 
@@ -977,6 +1072,95 @@ def alt_gated_norm_fixed(x, w):
     return torch.where(h.mean() > 0, h.clamp(min=0), h.tanh())
 
 
+def alt_fold_bn(model):
+    """PyTorch's own helper does the algebra (torch.nn.utils.fusion.fuse_conv_bn_eval); the module is rebuilt
+    by hand rather than with a pass of one's own."""
+    import copy
+
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    gm = torch.fx.symbolic_trace(copy.deepcopy(model))
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or not isinstance(gm.get_submodule(node.target), torch.nn.BatchNorm2d):
+            continue
+        src = node.args[0]
+        if src.op == "call_module" and isinstance(gm.get_submodule(src.target), torch.nn.Conv2d) and \
+                len(src.users) == 1:
+            fused = fuse_conv_bn_eval(gm.get_submodule(src.target), gm.get_submodule(node.target))
+            parent, _, name = src.target.rpartition(".")
+            setattr(gm.get_submodule(parent) if parent else gm, name, fused)
+            node.replace_all_uses_with(src)
+            gm.graph.erase_node(node)
+    gm.recompile()
+    return gm
+
+
+def alt_fuse_silu(gm):
+    """Turn the mul itself into the silu (no new node), leaving dead sigmoids to dead-code elimination."""
+    aten = torch.ops.aten
+    changes = []
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and node.target == aten.mul.Tensor and len(node.args) == 2:
+            a, b = node.args
+            for x, s in ((a, b), (b, a)):
+                if isinstance(s, torch.fx.Node) and s.target == aten.sigmoid.default and s.args[0] is x:
+                    node.target, node.args = aten.silu.default, (x,)
+                    changes.append(f"{node.name}: silu")
+                    break
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return changes
+
+
+def alt_choose_tiles(m, n, k):
+    """The tiles that leave the least to the edge code, the largest among equals (not by divisibility)."""
+    def edge(tm, tn):
+        return m * n - (m // tm * tm) * (n // tn * tn)
+    return min(((tm, tn) for tm in (1, 2, 4) for tn in (1, 2, 4)), key=lambda t: (edge(*t), -t[0] * t[1]))
+
+
+def alt_measure_fixed(fn, *args):
+    """The profiler's reading of the simulated clock instead of events."""
+    fn(*args)
+    torch.npu.synchronize()
+    with npu_lab.profile() as prof:
+        fn(*args)
+        torch.npu.synchronize()
+    return prof.sim_time_us / 1000
+
+
+def alt_register_hardswish():
+    """A kernel built from the NPU's own operators (each runs on the device; no numba of one's own)."""
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("hardswish", lambda x: x * torch.clamp(x + 3, 0, 6) / 6, "PrivateUse1")
+    return lib
+
+
+def _alt_step_log() -> type:
+    """The names built from the schema, the source found by keyword, the element size from the dtype."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class StepLog(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops, self.copied = [], 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            schema = func._schema
+            self.ops.append(f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name)
+            if schema.name == "aten::copy_":
+                src = kwargs.get("src", args[1] if len(args) > 1 else None)
+            else:
+                src = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor) and src.device != out.device and \
+                    "cpu" in (src.device.type, out.device.type):
+                self.copied += out.numel() * out.dtype.itemsize
+            return out
+    return StepLog
+
+
 ALTERNATIVES = {
     "lab.contiguous_strides": {"contiguous_strides": lambda shape: tuple(
         math.prod(max(s, 1) for s in shape[i + 1:]) for i in range(len(shape)))},
@@ -988,13 +1172,18 @@ ALTERNATIVES = {
     "arch.contiguity": {"is_contiguous_by_strides": lambda size, stride: np.bool_(good_contiguity(size, stride))},
     "arch.backward_nodes": {"backward_nodes": alt_backward_nodes},
     "arch.fix_inplace": {"softmax_rows": lambda x: torch.softmax(x, dim=1)},
-    "ch0.choose": {"choose": lambda req: {(True, True): "torchscript", (True, False): "torch.export"}.get(
-        (bool(req.get("deploy_without_python")), bool(req.get("legacy_torchscript_runtime")))) if req.get(
-        "deploy_without_python") else good_choose(req)},
     "ch0.export_branches": {"gate": alt_gate, "rowwise": alt_rowwise},
     "ch3.node_kinds": {"count_node_kinds": alt_count_node_kinds},
     "ch3.fuse_add_relu": {"fuse_add_relu": alt_fuse_add_relu},
 }
+ALTERNATIVES.update({
+    "ch7.register_kernel": {"register_hardswish": alt_register_hardswish},
+    "ch7.dispatch_mode": {"StepLog": _alt_step_log()},
+    "ch8.fold_bn": {"fold_bn": alt_fold_bn},
+    "ch8.silu_pass": {"fuse_silu": alt_fuse_silu},
+    "ch8.tiles": {"choose_tiles": alt_choose_tiles},
+    "ch8.fix_benchmark": {"measure_fixed": alt_measure_fixed},
+})
 if FULL:
     ALTERNATIVES["ch5.remove_graph_break"] = {"gated_norm_fixed": alt_gated_norm_fixed}
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
+import npu_lab
 from npu_lab.ops.sweep import sweep
 
 pytest.importorskip("expecttest", reason="OpInfo's op_db needs the expecttest test dependency")
@@ -432,3 +433,27 @@ def test_gradients_float64(name):
     fn, inputs = fns[name]
     for gc, gn in zip(_grads(fn, inputs, "cpu"), _grads(fn, inputs, NPU), strict=True):
         torch.testing.assert_close(gn, gc)
+
+
+def test_addmm_out_writes_into_out_without_a_copy():
+    """Inductor calls nn.Linear's product as addmm(..., out=buf): the kernel writes into buf (one launch, no
+    device copy); aliasing, non-contiguous and wrongly typed outs behave as on the CPU."""
+    torch.manual_seed(0)
+    b, a, w = torch.randn(5), torch.randn(3, 4), torch.randn(4, 5)
+    want = torch.addmm(b, a, w)
+    out = torch.empty(3, 5, device="npu")
+    bn, an, wn = b.npu(), a.npu(), w.npu()
+    with npu_lab.profile() as prof:
+        got = torch.addmm(bn, an, wn, out=out)
+    assert got is out
+    torch.testing.assert_close(out.cpu(), want)
+    assert [k.name for k in prof.kernels] == ["addmm"] and prof.launches == 1, prof.table()
+    transposed = torch.empty(5, 3, device="npu").t()
+    torch.addmm(b.npu(), a.npu(), w.npu(), out=transposed)
+    torch.testing.assert_close(transposed.cpu(), want)
+    sq, wsq, bsq = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4)
+    alias = sq.npu()
+    torch.addmm(bsq.npu(), alias, wsq.npu(), out=alias)
+    torch.testing.assert_close(alias.cpu(), torch.addmm(bsq, sq, wsq))
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float, but got double instead"):
+        torch.addmm(b.npu(), a.npu(), w.npu(), out=torch.empty(3, 5, device="npu", dtype=torch.float64))

@@ -72,3 +72,18 @@ def test_wait_event_orders_streams():
     main.wait_event(done)
     assert main.simulated_time_us == done.time_us
     assert side.query() and done.query()
+
+
+def test_future_callbacks_take_streams_from_a_fixed_pool():
+    """Future.then on npu runs each callback on a stream from the device's pool (getStreamFromGlobalPool):
+    a fixed set handed out round robin, like CUDA's, not a new stream per call (DDP comm hooks call it every step)."""
+    seen = []
+    for _ in range(20):
+        fut = torch.futures.Future(devices=["npu:0"])
+        chained = fut.then(lambda f: seen.append(torch.npu.current_stream().stream_id) or f.value())
+        fut.set_result(torch.ones(2, device="npu"))
+        torch.testing.assert_close(chained.wait().cpu(), torch.ones(2))
+    assert len(seen) == 20
+    assert len(set(seen)) == 8
+    assert seen[:8] == seen[8:16]  # round robin
+    assert torch.npu.default_stream().stream_id not in seen

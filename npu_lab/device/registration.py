@@ -40,7 +40,7 @@ def register() -> None:
     private.export_dlpack_device("npu")
     private.after_import("torch._dynamo.device_interface", _register_device_interface)
     from .. import ops  # noqa: F401  (registers every numba kernel)
-    from . import fallback
+    from . import amp, fallback  # noqa: F401  (amp: GradScaler's two kernels)
 
     fallback.install()
     run_backward_on_calling_thread()

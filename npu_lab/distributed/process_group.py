@@ -8,10 +8,14 @@ parameter broadcast) reach the methods below. Each collective
    staging buffer for a non-contiguous one),
 2. hands it to an internal gloo group built from the same store (gloo moves the bytes,
    between processes or machines: npuccl has no socket code of its own),
-3. is accounted on the device clock with its α–β cost (:mod:`.cost`, :mod:`.timeline`)
-   and logged under ``NPU_LAB_CCL_DEBUG=INFO`` (:mod:`.debug`),
+3. is accounted with its α–β cost (:mod:`.cost`) on the device's communication stream
+   (:mod:`.timeline`), after the caller's stream, so compute issued next overlaps it, and
+   logged under ``NPU_LAB_CCL_DEBUG=INFO`` (:mod:`.debug`),
 4. returns a ``Work`` whose future completes (with the caller's tensors) when gloo is done
    and the result is in place: ``AVG`` divided (:mod:`.reduce_ops`), staged buffers copied back.
+   For npu tensors the future is device-aware: it carries an event at the collective's end,
+   and ``work.wait()`` / ``future.wait()`` make the waiter's current stream wait on it
+   (a stream wait: the simulated clock of the stream, not the host, waits).
 
 A peer that dies or never answers fails gloo's operation after the group's timeout; the
 ``Work`` then raises a ``DistBackendError`` that names the collective and the timeout.
@@ -147,9 +151,11 @@ class _BlockingWork(dist.Work):
     """An npuccl work over a gloo work without a future: waiting on it completes the collective."""
 
     def __init__(self, inner: Work, complete: Callable[[], object],
-                 failure: Callable[[BaseException], Exception]) -> None:
+                 failure: Callable[[BaseException], Exception], device: int = -1, end_us: float = 0.0) -> None:
         super().__init__()
         self._inner = inner
+        self._device = device  # npu index whose current stream waits until end_us, or -1
+        self._end_us = end_us
         self._complete = complete
         self._failure = failure
         self._result: object = None
@@ -163,6 +169,8 @@ class _BlockingWork(dist.Work):
                 raise self._failure(exc) from exc
             self._result = self._complete()
             self._finished = True
+        if self._device >= 0:  # stream-ordered: the waiter's stream continues after the transfer ended
+            timeline.wait_until(self._device, self._end_us)
         return True
 
     def is_completed(self) -> bool:
@@ -207,6 +215,23 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - the C++ name PyTorch calls
         return NAME
 
+    # A C++ ProcessGroup keeps its name in its backends; this one is its own backend, so it keeps
+    # them itself (DeviceMesh, FSDP and the functional collectives find groups by name).
+    def setGroupName(self, name: str) -> None:  # noqa: N802 - the C++ name PyTorch calls
+        self._group_name = name
+
+    def getGroupName(self) -> str:  # noqa: N802
+        name = getattr(self, "_group_name", None)
+        if name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return name
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
+        self._group_desc = desc
+
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return getattr(self, "_group_desc", "")
+
     def __repr__(self) -> str:
         return f"ProcessGroupNPUCCL(rank={self._rank}, size={self._size})"
 
@@ -233,8 +258,11 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         link = cost.device_link()
         algorithm = cost.algorithm_for(op, nbytes, self._size, link)
         sim_us = cost.collective_us(op, nbytes, self._size, link, algorithm)
+        index = -1
+        end = 0.0
         if device.type == "npu":
-            timeline.account(op, device.index if device.index is not None else -1, sim_us, nbytes)
+            index = device.index if device.index is not None else torch.npu.current_device()
+            _, end = timeline.account(op, index, sim_us, nbytes)
         dtype = str(tensors[0].dtype).replace("torch.", "") if tensors else "-"
         debug.log(self._rank, str(device), f"{op} #{seq}: {nbytes} bytes {dtype}{detail} algo={algorithm} "
                                            f"peers={self._size} sim={sim_us:.2f}us")
@@ -253,19 +281,38 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
             )
 
         if future is None:
-            return _BlockingWork(pending, complete, failure)
+            return _BlockingWork(pending, complete, failure, index, end)
 
         errors: list[BaseException] = []
+        if index < 0:  # cpu tensors: no device clock, a plain future
+            def settle(fut: torch.futures.Future) -> object:
+                try:
+                    fut.value()
+                except Exception as exc:
+                    errors.append(failure(exc))
+                    raise errors[0] from exc
+                return complete()
 
-        def settle(fut: torch.futures.Future) -> object:
+            return _FutureWork(future.then(settle), errors)
+
+        # npu tensors: a device-aware future, completed with an event at the collective's end on the
+        # simulated clock, so waiting on it is a stream wait (see timeline).
+        done: torch.futures.Future = torch.futures.Future(devices=[torch.device("npu", index)])
+        signal = timeline.reserve_signal(index, end)
+
+        def finish(fut: torch.futures.Future) -> None:
             try:
                 fut.value()
+                value = complete()
             except Exception as exc:
                 errors.append(failure(exc))
-                raise errors[0] from exc
-            return complete()
+                timeline.release_signal(index, signal)
+                done.set_exception(errors[0])
+                return
+            timeline.complete(done, index, signal, value)
 
-        return _FutureWork(future.then(settle), errors)
+        future.add_done_callback(finish)
+        return _FutureWork(done, errors)
 
     # -- reductions ------------------------------------------------------------------------------
 
@@ -409,8 +456,20 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
 
     def allgather_into_tensor_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: object | None = None) -> Work:
-        works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
-        return _FutureWork(_all([w.get_future() for w in works]).then(lambda _: list(outputs)))
+        outputs, inputs = list(outputs), list(inputs)
+        for o, i in zip(outputs, inputs):
+            if o.numel() != i.numel() * self._size:
+                raise ValueError(f"npuccl all_gather_into_tensor_coalesced: an output has {o.numel()} elements, "
+                                 f"which is not world_size ({self._size}) times its input's {i.numel()}")
+        outs = [host_view(o) for o in outputs]
+        srcs = [host_view(i).host for i in inputs]
+        gloo_opts = _options(AllgatherOptions, opts)
+        # One gloo all-gather per pair, accounted as one coalesced collective (one launch, all the bytes).
+        return self._issue("allgather", outputs,
+                           lambda: _all([self._gloo._allgather_base(o.host, i, gloo_opts).get_future()
+                                         for o, i in zip(outs, srcs)]),
+                           nbytes=_nbytes(outputs), outputs=outs, result=outputs,
+                           detail=f" coalesced={len(outputs)}")
 
     def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Sequence[int],
                       input_split_sizes: Sequence[int], opts: object | None = None) -> Work:

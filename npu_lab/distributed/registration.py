@@ -29,3 +29,6 @@ def register() -> None:
     if not dist.is_available() or registered():
         return
     dist.Backend.register_backend(NAME, create, extended_api=True, devices=["npu", "cpu"])
+    from . import functional
+
+    functional.register()  # the functional reduce-scatter's npu kernel (see functional.py)

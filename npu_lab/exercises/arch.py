@@ -1,16 +1,19 @@
 """Chapter A: PyTorch's architecture - tensors as views of a storage, contiguity, autograd's graph.
 
-Four exercises of rising difficulty:
+Five exercises of rising difficulty:
 
 * ``arch.view_geometry`` - the sizes, strides and storage offset of an indexed view, by arithmetic;
 * ``arch.contiguity`` - PyTorch's contiguity rule from sizes and strides (size-1 and empty dims);
 * ``arch.backward_nodes`` - walk ``next_functions`` and count autograd's nodes (shared nodes once);
-* ``arch.fix_inplace`` - repair a function whose in-place update breaks its backward pass.
+* ``arch.fix_inplace`` - repair a function whose in-place update breaks its backward pass;
+* ``arch.custom_function`` - build a ``torch.autograd.Function`` (forward and backward by hand, a
+  broadcast input) that runs on the npu and passes ``gradcheck``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import torch
 
@@ -285,3 +288,150 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
                  is_plain_tensor(outcome.value) and outcome.value.device.type == "npu",
                  expected="a tensor on npu", got=short(outcome.value),
                  hint="return the result on the input's device: an npu input gives an npu result")
+
+
+# ---------------------------------------------------------------------------------------------
+# arch.custom_function: a torch.autograd.Function of your own, forward and backward by hand
+# ---------------------------------------------------------------------------------------------
+
+#: Captured when the lab is imported, so an answer cannot replace what the check runs.
+_gradcheck = torch.autograd.gradcheck
+
+
+def _sloped_swish_np(x, beta):
+    """The reference values and gradients, from NumPy: y = x * sigmoid(beta * x)."""
+    import numpy as np
+
+    s = 1.0 / (1.0 + np.exp(-beta * x))
+    y = x * s
+    ds = s * (1.0 - s)
+    return y, s + x * beta * ds, x * x * ds
+
+
+def _as_np(t: torch.Tensor):
+    with torch._C.DisableTorchFunction():
+        return t.detach().cpu().double().numpy()
+
+
+def _swish_expected(x: torch.Tensor, beta: torch.Tensor, weights: torch.Tensor):
+    """(values, dL/dx, dL/dbeta) for L = sum(y * weights), beta broadcast against x as PyTorch does."""
+    import numpy as np
+
+    xn, bn, wn = _as_np(x), _as_np(beta), _as_np(weights)
+    y, dx, db = _sloped_swish_np(xn, bn)
+    gx = wn * dx
+    gb = wn * db
+    extra = gb.ndim - bn.ndim  # beta's gradient sums over the dimensions it was broadcast along
+    gb = gb.sum(axis=tuple(range(extra))) if extra else gb
+    keep = tuple(i for i, n in enumerate(bn.shape) if n == 1 and gb.shape[i] != 1)
+    gb = gb.sum(axis=keep, keepdims=True) if keep else gb
+    as_t = lambda a: torch.from_numpy(np.array(a, dtype=np.float64)).to(x.dtype)  # noqa: E731
+    return as_t(y), as_t(gx), as_t(gb.reshape(bn.shape))
+
+
+def _function_run(cls: Any, x: torch.Tensor, beta: torch.Tensor) -> dict[str, Any]:
+    """Forward and backward through ``cls.apply`` on the device, with what crossed to the host."""
+    from .. import transfer_stats
+    from ..device import fallback
+
+    x = x.detach().requires_grad_(True)
+    beta = beta.detach().requires_grad_(True)
+    fell, moved = dict(fallback.counts), transfer_stats()
+    out = cls.apply(x, beta)
+    node = type(out.grad_fn).__name__ if isinstance(out, torch.Tensor) and out.grad_fn is not None else None
+    inputs_of_node = []
+    if node is not None:
+        inputs_of_node = [type(n).__name__ for n, _ in out.grad_fn.next_functions if n is not None]
+    weights = torch.arange(out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape) / out.numel() - 0.3
+    (out * weights).sum().backward()
+    after = transfer_stats()
+    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    fallbacks = sorted(k for k, v in fallback.counts.items() if v != fell.get(k, 0))
+    return {"out": out.detach(), "gx": x.grad, "gb": beta.grad, "node": node, "next": inputs_of_node,
+            "crossed": crossed, "fallbacks": fallbacks, "weights": weights.detach()}
+
+
+def _gradcheck_on_npu(cls: Any, x: torch.Tensor, beta: torch.Tensor) -> bool:
+    x = x.detach().double().requires_grad_(True)
+    beta = beta.detach().double().requires_grad_(True)
+    return bool(_gradcheck(cls.apply, (x, beta), eps=1e-6, atol=1e-5, rtol=1e-4))
+
+
+def _overrides_apply(cls: type) -> bool:
+    for klass in cls.__mro__:
+        if klass is torch.autograd.Function:
+            return False
+        if "apply" in vars(klass):
+            return True
+    return False
+
+
+@exercise("arch.custom_function", "Build an autograd.Function: forward and backward by hand, on npu",
+          names=["SlopedSwish"], timeout=60)
+def _custom_function(t: Tester, SlopedSwish) -> None:  # noqa: N803 - the learner's class
+    is_function = isinstance(SlopedSwish, type) and issubclass(SlopedSwish, torch.autograd.Function)
+    if not t.expect("SlopedSwish is a subclass of torch.autograd.Function", is_function,
+                    expected="class SlopedSwish(torch.autograd.Function)", got=short(SlopedSwish),
+                    hint="define a class deriving from torch.autograd.Function with static forward and backward"):
+        return
+    t.expect("SlopedSwish uses Function.apply as it is (forward and backward are yours, apply is PyTorch's)",
+             not _overrides_apply(SlopedSwish), expected="no apply of its own", got="apply overridden"
+             if _overrides_apply(SlopedSwish) else "PyTorch's apply",
+             hint="write forward(ctx, x, beta) and backward(ctx, grad_out); do not override apply")
+    cases = [
+        ("x (4, 5), beta (5,) per column", (4, 5), (5,), 1, False, ""),
+        ("x (3, 6), beta a 0-dim tensor", (3, 6), (), 2, False,
+         "beta is 0-dim: its gradient is the sum over every element of x; "),
+        ("x (2, 3, 4), beta (3, 1)", (2, 3, 4), (3, 1), 3, True,
+         "x is 3-D and beta (3, 1) broadcasts along dimensions 0 and 2: its gradient must be summed back to "
+         "beta's shape; "),
+        ("x with large magnitudes (2, 8) * 30, beta (8,)", (2, 8), (8,), 4, True,
+         "large |beta * x|: exp(-beta * x) overflows to inf for very negative arguments; sigmoid is still "
+         "1 / (1 + exp(-z)) = 0 there, but the derivative s * (1 - s) must not become nan; "),
+    ]
+    for desc, xs, bs, seed, hidden, about in cases:
+        x = randn(*xs, seed=seed, device="npu") * (30 if "large" in desc else 1)
+        beta = randn(*bs, seed=seed + 50, device="npu") if bs else randn(seed=seed + 50, device="npu")
+        outcome = t.call(_function_run, SlopedSwish, x, beta)
+        if not outcome.ok:
+            err = outcome.error
+            hint = ("backward returns one gradient per input of forward (x and beta), in the order forward "
+                    "takes them; a gradient may have the output's shape only where the input broadcasts to it"
+                    ) if "invalid gradient" in err or "number of gradients" in err else (
+                    "forward(ctx, x, beta) computes x * sigmoid(beta * x) and saves what backward needs with "
+                    "ctx.save_for_backward; backward(ctx, grad_out) returns (dL/dx, dL/dbeta)")
+            t.error(f"SlopedSwish.apply on {desc}: forward and backward on npu", outcome, hidden=hidden,
+                    hint=about + hint)
+            continue
+        run = outcome.value
+        want_y, want_gx, want_gb = _swish_expected(x, beta, run["weights"])
+        t.case(f"{desc}: values x * sigmoid(beta * x)", lambda r=run: r["out"].cpu(), expected=want_y,
+               hidden=hidden, rtol=1e-4, atol=1e-5, hint=about + "forward computes x * sigmoid(beta * x)")
+        t.case(f"{desc}: dL/dx from your backward", lambda r=run: r["gx"].cpu() if r["gx"] is not None else None,
+               expected=want_gx, hidden=hidden, rtol=1e-3, atol=1e-4,
+               hint=about + "d/dx [x * s(beta x)] = s + x * beta * s * (1 - s) (product rule), times grad_out")
+        t.case(f"{desc}: dL/dbeta from your backward", lambda r=run: r["gb"].cpu() if r["gb"] is not None else None,
+               expected=want_gb, hidden=hidden, rtol=1e-3, atol=1e-4,
+               hint=about + "d/dbeta [x * s(beta x)] = x * x * s * (1 - s), times grad_out, summed to beta's shape")
+        node = f"{SlopedSwish.__name__}Backward"
+        t.expect(f"{desc}: one node of yours in autograd's graph", run["node"] == node
+                 and run["next"] == ["AccumulateGrad", "AccumulateGrad"], hidden=hidden,
+                 expected=f"out.grad_fn is {node}, fed by the inputs' AccumulateGrad",
+                 got=f"{run['node']} <- {run['next']}",
+                 hint="the output's grad_fn must be your Function's node (return the result of forward directly, "
+                      "not an expression on it)")
+        t.expect(f"{desc}: forward and backward stay on the device", run["crossed"] == 0 and not run["fallbacks"],
+                 hidden=hidden, expected="0 bytes between host and npu, no CPU fallback",
+                 got=f"{run['crossed']} bytes, fallbacks {run['fallbacks']}",
+                 hint=about + "compute with torch operators on the npu tensors you are given (no .cpu(), .numpy(), "
+                              ".item() or new CPU tensors)")
+    x = randn(3, 4, seed=11, device="npu")
+    beta = randn(4, seed=12, device="npu")
+    outcome = t.call(_gradcheck_on_npu, SlopedSwish, x, beta)
+    if not outcome.ok:
+        t.error("torch.autograd.gradcheck(SlopedSwish.apply, (x, beta)) in float64 on npu", outcome,
+                hint="gradcheck compares your backward with finite differences of your forward, in float64: "
+                     "compute in the inputs' dtype (no float32 constants or casts)")
+    else:
+        t.expect("torch.autograd.gradcheck(SlopedSwish.apply, (x, beta)) in float64 on npu", outcome.value is True,
+                 expected="True", got=short(outcome.value), hint="gradcheck must pass")

@@ -6,8 +6,8 @@ Three exercises:
   correctly; the check measures the truth by running all six technologies on every function;
 * ``ch0.export_branches`` - rewrite two functions with data-dependent Python control flow so that
   ``torch.export`` accepts them (``torch.where`` / ``torch.cond``);
-* ``ch0.choose`` - the chapter's decision tree as a function, checked on public and hidden
-  requirement sets.
+* ``ch0.choose`` - the chapter's decision tree as a function; whether the model branches on tensor
+  values is not given but measured by capturing the function (public and hidden cases).
 """
 
 from __future__ import annotations
@@ -369,18 +369,87 @@ def _export_branches(t: Tester, gate, rowwise) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# ch0.choose
+# ch0.choose: the decision tree, with the control-flow question answered by measuring
 # ---------------------------------------------------------------------------------------------
 
 #: The answers ``choose`` may give.
 CHOICES = ("torchscript", "torch.export", "lazy", "torch.fx", "torch.compile", "eager")
-#: The requirement keys (each True or False; a missing key means False).
+#: The requirement keys (each True or False; a missing key means False). Whether the model branches on
+#: tensor values is not among them: ``choose`` finds that out from the function itself.
 REQUIREMENTS = ("deploy_without_python", "legacy_torchscript_runtime", "whole_step_graphs",
-                "custom_graph_pass", "data_dependent_control_flow", "needs_speedup")
+                "custom_graph_pass", "needs_speedup")
+
+#: A Python constant one candidate branches on (a branch, but not on a tensor's value).
+SCALE = 3
 
 
-def _tree(req: dict) -> str:
-    """The chapter's decision tree (the grader's reference)."""
+def printed(x: torch.Tensor) -> torch.Tensor:
+    """A side effect, no branch."""
+    print("printed called")
+    return torch.relu(x) * 2
+
+
+def item_scaled(x: torch.Tensor) -> torch.Tensor:
+    """Reads a tensor's value as a Python number (a graph break for Dynamo), but decides nothing with it."""
+    m = x.abs().max().item()
+    return x / m
+
+
+def where_gate(x: torch.Tensor) -> torch.Tensor:
+    """The decision is an operator: no Python branch."""
+    return torch.where(x > 0, x, -x) + 1
+
+
+def halve_until_small(x: torch.Tensor) -> torch.Tensor:
+    """A loop whose number of trips depends on the values."""
+    while (x.abs() > 1).any():
+        x = x / 2
+    return x
+
+
+def constant_branch(x: torch.Tensor) -> torch.Tensor:
+    """An ``if`` on a Python constant: the same branch whatever the tensor holds."""
+    if SCALE > 2:
+        return x * SCALE
+    return x
+
+
+def _sign_dependent(x: torch.Tensor) -> torch.Tensor:
+    if x.mean() > 0:
+        return x.relu()
+    return x.tanh()
+
+
+def calls_helper(x: torch.Tensor) -> torch.Tensor:
+    """The branch on a value is in a helper it calls, not in its own source."""
+    return _sign_dependent(x * 2) + 1
+
+
+class GatedLinear(torch.nn.Module):
+    """A module whose forward picks a branch by the sign of a sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return h if h.sum() > 0 else -h
+
+
+#: Whether each candidate branches or loops on tensor values (by construction; the chapter's test:
+#: symbolic_trace and torch.export refuse exactly these).
+BRANCHES_ON_VALUES = {"printed": False, "item_scaled": False, "where_gate": False, "halve_until_small": True,
+                      "constant_branch": False, "calls_helper": True, "GatedLinear": True}
+
+
+def _candidate(name: str) -> Callable:
+    return GatedLinear() if name == "GatedLinear" else globals()[name]
+
+
+def _tree(req: dict, branches: bool) -> str:
+    """The chapter's decision tree (the grader's reference), with the branch question measured."""
     def has(key: str) -> bool:
         return bool(req.get(key, False))
 
@@ -389,45 +458,66 @@ def _tree(req: dict) -> str:
     if has("whole_step_graphs"):
         return "lazy"
     if has("custom_graph_pass"):
-        return "torch.compile" if has("data_dependent_control_flow") else "torch.fx"
+        return "torch.compile" if branches else "torch.fx"
     return "torch.compile" if has("needs_speedup") else "eager"
 
 
+_PASS = {"custom_graph_pass": True}
+#: (requirements, candidate, hidden, hint)
 _CHOOSE_CASES = [
-    ({"needs_speedup": True}, False, "no deployment, no special device runtime, no pass of your own: speed "
-                                     "alone is torch.compile's job"),
-    ({}, False, "nothing asked for: stay eager (a missing key means False)"),
-    ({"deploy_without_python": True}, False, "a model that must run without Python needs an exported "
-                                             "artefact: torch.export"),
-    ({"deploy_without_python": True, "legacy_torchscript_runtime": True}, False,
+    ({"needs_speedup": True}, "where_gate", False,
+     "no deployment, no special device runtime, no pass of your own: speed alone is torch.compile's job"),
+    ({}, "where_gate", False, "nothing asked for: stay eager (a missing key means False)"),
+    ({"deploy_without_python": True, "legacy_torchscript_runtime": True}, "where_gate", False,
      "only an existing TorchScript runtime is a reason for torchscript today"),
-    ({"custom_graph_pass": True}, False, "your own pass on a graph without data-dependent branches: torch.fx"),
-    ({"whole_step_graphs": True, "needs_speedup": True}, False,
-     "a device runtime that compiles whole steps (XLA style) comes before speed: lazy"),
-    ({"custom_graph_pass": True, "data_dependent_control_flow": True}, True,
-     "fx's symbolic trace stops at a branch on a tensor; a torch.compile backend receives the pieces "
-     "Dynamo captures around it, and your pass can run there"),
-    ({"deploy_without_python": True, "data_dependent_control_flow": True, "needs_speedup": True}, True,
-     "deployment is checked first: torch.export, after rewriting the branch with torch.cond"),
-    ({"whole_step_graphs": True, "custom_graph_pass": True}, True,
+    (_PASS, "where_gate", False,
+     "a pass of your own on a function whose decision is an operator (torch.where): nothing stops "
+     "symbolic_trace, so torch.fx"),
+    (_PASS, "halve_until_small", False,
+     "a `while` whose trips depend on the values: symbolic_trace cannot capture it, so the pass goes into a "
+     "torch.compile backend; find this out by trying to capture fn on example_inputs"),
+    (_PASS, "item_scaled", True,
+     ".item() reads a value but decides nothing with it: Dynamo breaks its graph there, yet symbolic_trace "
+     "and torch.export capture the function whole. A graph break is not the question; a branch on a value is"),
+    (_PASS, "printed", True,
+     "print is a side effect, not a branch on a tensor's value: the function is captured whole"),
+    (_PASS, "constant_branch", True,
+     "an `if` on a Python constant always takes the same side: it is not data-dependent (reading fn's source "
+     "for `if` is not a measurement)"),
+    (_PASS, "calls_helper", True,
+     "the branch on a value is inside a function fn calls, not in fn's own source: try to capture fn itself"),
+    (_PASS, "GatedLinear", True,
+     "fn is an nn.Module this time, whose forward branches on a sum; capture the module"),
+    ({"deploy_without_python": True, "needs_speedup": True}, "halve_until_small", True,
+     "deployment is asked first: torch.export (rewriting the loop or branch with torch.cond), even for a "
+     "function that branches on values"),
+    ({"whole_step_graphs": True, "custom_graph_pass": True}, "calls_helper", True,
      "the device runtime question comes before the custom-pass question"),
-    ({"deploy_without_python": False, "legacy_torchscript_runtime": True, "needs_speedup": True}, True,
+    ({"legacy_torchscript_runtime": True, "needs_speedup": True}, "GatedLinear", True,
      "a legacy runtime matters only when deploying without Python"),
-    ({"deploy_without_python": True, "whole_step_graphs": True, "custom_graph_pass": True}, True,
-     "deployment without Python is the first question of the tree"),
-    ({"data_dependent_control_flow": True}, True,
-     "data-dependent branches alone ask for nothing: eager runs them as they are"),
+    ({"needs_speedup": False}, "halve_until_small", True,
+     "branches on values alone ask for nothing: eager runs them as they are"),
 ]
 
 
-@exercise("ch0.choose", "The decision tree as a function", names=["choose"])
+def _choose_call(choose: Callable, req: dict, name: str) -> str:
+    """The learner's answer for ``req`` and a fresh candidate with its example input (print is quiet)."""
+    x = randn(3, 4, seed=7) * 4
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return choose(dict(req), _candidate(name), (x,))
+
+
+@exercise("ch0.choose", "The decision tree as a function, with the branch question measured", names=["choose"],
+          timeout=60)
 def _choose(t: Tester, choose) -> None:
-    for req, hidden, hint in _CHOOSE_CASES:
-        expected = _tree(req)
+    for req, name, hidden, hint in _CHOOSE_CASES:
+        expected = _tree(req, BRANCHES_ON_VALUES[name])
 
         def check(got, expected=expected):
             if got not in CHOICES:
                 return False, f"not one of {CHOICES}" if got is not None else "did you forget to `return`?"
             return got == expected, ""
 
-        t.case(f"choose({req})", choose, req, expected=expected, hidden=hidden, hint=hint, check=check)
+        t.case(f"choose({req}, {name}, (x,))", _choose_call, choose, req, name, expected=expected, hidden=hidden,
+               hint=hint, check=check)

@@ -1,12 +1,14 @@
 """Chapter 1: torch.compile - what it compiles, when it recompiles, and how to avoid recompiles.
 
-Three exercises:
+Four exercises:
 
 * ``ch1.count_graphs`` - compile a function with a counting backend and report, after each call of
   a call sequence, how many graphs Dynamo has compiled so far;
-* ``ch1.any_batch`` - compile a function so that one graph serves every batch size;
+* ``ch1.any_batch`` - compile a function so that one graph serves every batch size, 1 included;
 * ``ch1.decayed_step`` - a training step whose learning rate decays with the step number recompiles
-  on every call when the step number is a Python value; keep it compiled once.
+  on every call when the step number is a Python value; keep it compiled once;
+* ``ch1.silu_backend`` - build a ``torch.compile`` backend of your own that rewrites every
+  ``x * sigmoid(x)`` into one ``silu(x)`` and runs the graph on the npu (one kernel launch instead of two).
 
 Every check compiles with a backend that counts the graphs it is given and the calls of those graphs
 (:class:`RunCounter`), so it sees both "how many compiles" and "did the compiled code run".
@@ -69,6 +71,15 @@ def _quiet_dynamo() -> Iterator[None]:
         yield
     finally:
         logger.setLevel(level)
+
+
+def _warm_formatting(value: object) -> None:
+    """Format the check's own expected value once, outside any time limit.
+
+    The results table formats expected values under a short time limit; formatting an npu tensor
+    the first time compiles the device's kernels for it, which can take longer than that limit.
+    """
+    repr(value)
 
 
 # --- functions the checks compile (each its own code object) --------------------------------------
@@ -207,13 +218,16 @@ def _drive_batches(make: Callable[..., Any], fn: Any, batches: Sequence[tuple]) 
     return counter, outs
 
 
-@exercise("ch1.any_batch", "One compiled graph for every batch size", names=["compile_for_any_batch"], timeout=60)
+@exercise("ch1.any_batch", "One compiled graph for every batch size, 1 included", names=["compile_for_any_batch"],
+          timeout=60)
 def _any_batch(t: Tester, compile_for_any_batch) -> None:
     cases = [
-        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (3,), (33,)], "cpu", False, ""),
-        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,)], "cpu", False, ""),
-        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(4,), (9,), (17,)], "npu", True,
-         "npu tensors this time, and x.mean(0) reduces over the batch dimension itself: "),
+        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (1,), (3,), (33,)], "cpu", False,
+         "batch size 1 arrives third: "),
+        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,), (1,)], "cpu", False,
+         "two inputs share the batch size, and a batch of 1 comes last: "),
+        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(1,), (9,), (17,), (2,)], "npu",
+         True, "npu tensors, x.mean(0) reduces over the batch dimension itself, and the *first* batch has size 1: "),
         ("an MLP module 6 -> 16 -> 3", _seeded_mlp(), [(5,), (32,), (7,), (2,)], "cpu", True,
          "fn is an nn.Module this time (torch.compile takes modules too), and batch size 2 comes last: "),
     ]
@@ -223,24 +237,32 @@ def _any_batch(t: Tester, compile_for_any_batch) -> None:
         batches = [tuple(randn(b, width, seed=10 * i + j, device=device) for j in range(n_inputs))
                    for i, (b,) in enumerate(sizes)]
         with torch.no_grad():
-            expected = [fn(*args) for args in batches]
+            expected = [fn(*args).cpu() for args in batches]  # compared on the host (the device is checked apart)
         label = f"{desc}, batch sizes {', '.join(str(b) for (b,) in sizes)}"
         with _quiet_dynamo(), torch.no_grad():
             outcome = t.call(_drive_batches, compile_for_any_batch, fn, batches)
         torch._dynamo.reset()
         if not outcome.ok:
             t.error(f"compile_for_any_batch({desc}) and calls", outcome, hidden=hidden,
-                    hint="return torch.compile(fn, backend=backend, ...): a callable taking the same arguments as fn")
+                    hint=about + "return a callable taking the same arguments as fn, compiled with the `backend` "
+                                 "you are given (a dimension marked dynamic that arrives with size 1 is an error: "
+                                 "Dynamo specialises 0 and 1)")
             continue
         counter, outs = outcome.value
-        t.case(f"{label}: the results equal eager", lambda o=outs: o, expected=expected, hidden=hidden, atol=1e-5,
-               hint=about + "the compiled function must compute what fn computes, on the same device")
+        devices = sorted({o.device.type if isinstance(o, torch.Tensor) else type(o).__name__ for o in outs})
+        t.expect(f"{label}: the results stay on {device}", devices == [device], hidden=hidden,
+                 expected=device, got=", ".join(devices), hint=about + "return the results on the inputs' device")
+        t.case(f"{label}: the results equal eager", lambda o=outs: [v.cpu() if isinstance(v, torch.Tensor) else v
+                                                                   for v in o],
+               expected=expected, hidden=hidden, atol=1e-5,
+               hint=about + "the compiled function must compute what fn computes")
         t.expect(f"{label}: exactly one graph compiled", counter.frames == 1, hidden=hidden,
                  expected="1 graph", got=f"{counter.frames} graph(s)",
                  hint=about + ("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
-                               "by default Dynamo compiles static shapes first and makes a dimension dynamic only "
-                               "when a second size arrives (2 graphs); ask for dynamic shapes from the first call: "
-                               "dynamic=True, or torch._dynamo.mark_dynamic on dimension 0 of *every* input"))
+                               "dynamic=True and mark_dynamic make the batch size symbolic but still specialise "
+                               "the sizes 0 and 1, so a batch of 1 compiles a graph of its own; a symbolic size "
+                               "Dynamo may never specialise is an *unbacked* one (see torch._dynamo.decorators), "
+                               "or keep a batch of 1 from ever reaching the graph"))
         t.expect(f"{label}: every call ran the compiled graph", counter.runs == len(batches), hidden=hidden,
                  expected=f"{len(batches)} runs of compiled code", got=f"{counter.runs}",
                  hint=about + "the compiled function must be what runs on every call (not fn itself)")
@@ -293,6 +315,7 @@ def _decayed_step(t: Tester, make_decayed_step) -> None:
                     hint="return a function step(w, grad) that keeps its own step count")
             continue
         counter, outs = outcome.value
+        _warm_formatting(expected)
         t.case(f"{desc}: call k returns w - (0.5 / k) * grad", lambda o=outs: o, expected=expected, hidden=hidden,
                atol=1e-6, hint=about + "the first call uses k = 1, the second k = 2, ...; count inside each stepper")
         t.expect(f"{desc}: one graph compiled for all {n} calls", counter.frames == 1, hidden=hidden,
@@ -322,7 +345,135 @@ def _decayed_step(t: Tester, make_decayed_step) -> None:
         t.error(desc, outcome, hint="each call of make_decayed_step makes a new, independent stepper")
         return
     counter, outs = outcome.value
+    _warm_formatting(expected)
     t.case(f"{desc}: each counts its own calls", lambda: outs, expected=expected,
            hint="keep the count inside the stepper (a closure), not in a global shared by all steppers")
     t.expect(f"{desc}: at most one graph per stepper", counter.frames <= 2, expected="<= 2 graphs",
              got=f"{counter.frames} graph(s)", hint="the step count must not be a Python value Dynamo guards on")
+
+
+# --- 4. a backend of your own: rewrite x * sigmoid(x) into silu(x) ------------------------------------
+
+def _swish_plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(x) + 1
+
+
+def _two_spellings(x: torch.Tensor) -> torch.Tensor:
+    h = x + 1
+    return torch.sigmoid(x) * x - h.sigmoid() * h
+
+
+def _other_operand(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x * torch.sigmoid(y) + torch.mul(y, torch.nn.functional.sigmoid(y))
+
+
+def _sigmoid_reused(x: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return x * s + s
+
+
+def _across_a_break(x: torch.Tensor) -> torch.Tensor:
+    a = x * torch.sigmoid(x)
+    torch._dynamo.graph_break()
+    return a.sigmoid() * a
+
+
+class _GatedLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.lin = nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return h * torch.sigmoid(h)
+
+
+def _drive_backend(backend: Callable[..., Any], fn: Any, inputs: tuple) -> dict[str, Any]:
+    """Compile ``fn`` with the learner's backend (through a recorder), call it twice, and run every callable the
+    backend returned under the dispatch tracer, on the inputs Dynamo gave it."""
+    from collections import Counter
+
+    from .. import transfer_stats
+    from ..device import fallback
+    from ..grading.structure import kernels_run
+
+    torch._dynamo.reset()
+    made: list[tuple[Any, list]] = []
+
+    def recorder(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        out = backend(gm, example_inputs)
+        made.append((out, list(example_inputs)))
+        return out
+
+    compiled = torch.compile(fn, backend=recorder)
+    compiled(*inputs)  # compiles
+    fell, moved = dict(fallback.counts), transfer_stats()
+    out = compiled(*inputs)  # runs what the backend returned
+    after = transfer_stats()
+    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    fallbacks = sorted(k for k, v in fallback.counts.items() if v != fell.get(k, 0))
+    kernels: Counter = Counter()
+    for run, example in made:
+        kernels.update(op for op, _ in kernels_run(run, *example))
+    torch._dynamo.reset()
+    return {"out": out.detach().cpu() if isinstance(out, torch.Tensor) else out, "graphs": len(made),
+            "device": out.device.type if isinstance(out, torch.Tensor) else type(out).__name__,
+            "kernels": {k: kernels[k] for k in ("aten::silu", "aten::sigmoid", "aten::mul.Tensor")},
+            "crossed": crossed, "fallbacks": fallbacks}
+
+
+#: (description, fn, input shapes, graphs, expected kernels (silu, sigmoid, mul), hidden, about)
+_SILU_CASES = [
+    ("x * torch.sigmoid(x) + 1", _swish_plus_one, [(4, 8)], 1, (1, 0, 0), False, ""),
+    ("torch.sigmoid(x) * x - h.sigmoid() * h, h = x + 1", _two_spellings, [(3, 5)], 1, (2, 0, 0), False,
+     "sigmoid first, and as a method: "),
+    ("x * torch.sigmoid(y) + torch.mul(y, F.sigmoid(y))", _other_operand, [(4, 4), (4, 4)], 1, (1, 1, 1), True,
+     "x * sigmoid(y) multiplies by the sigmoid of *another* tensor: it is not silu and must stay; the second "
+     "product (torch.mul, F.sigmoid) is: "),
+    ("s = torch.sigmoid(x); x * s + s", _sigmoid_reused, [(2, 7)], 1, (1, 1, 0), True,
+     "the sigmoid is used again after the product: rewrite the product, keep the sigmoid for its other user: "),
+    ("x * torch.sigmoid(x), a graph break, then a.sigmoid() * a", _across_a_break, [(5, 3)], 2, (2, 0, 0), True,
+     "a graph break splits the function into two graphs: your backend is called once for each: "),
+    ("an nn.Module: h = linear(x); h * torch.sigmoid(h)", _GatedLinear(), [(3, 6)], 1, (1, 0, 0), True,
+     "fn is a module with parameters: "),
+]
+
+
+@exercise("ch1.silu_backend", "A backend of your own: x * sigmoid(x) becomes one silu kernel",
+          names=["silu_backend"], timeout=90)
+def _silu_backend(t: Tester, silu_backend) -> None:
+    for i, (desc, fn, shapes, graphs, (silu, sigmoid, mul), hidden, about) in enumerate(_SILU_CASES):
+        if isinstance(fn, nn.Module):
+            fn = fn.to("npu")
+        inputs = tuple(randn(*shape, seed=40 + 3 * i + j, device="npu") for j, shape in enumerate(shapes))
+        with torch.no_grad():
+            expected = fn(*inputs).detach().cpu()
+        with _quiet_dynamo(), torch.no_grad():
+            outcome = t.call(_drive_backend, silu_backend, fn, inputs)
+        if not outcome.ok:
+            t.error(f"torch.compile({desc}, backend=silu_backend) on npu", outcome, hidden=hidden,
+                    hint=about + "a backend takes (gm, example_inputs) and returns a callable that runs the "
+                                 "(rewritten) graph: gm.recompile() after editing gm.graph, then return gm.forward")
+            continue
+        run = outcome.value
+        t.case(f"{desc}: the compiled function's values", lambda r=run: r["out"], expected=expected, hidden=hidden,
+               atol=1e-5, hint=about + "the rewritten graph must compute what the function computes: "
+                                       "silu(x) = x * sigmoid(x) only when both are the same x")
+        t.expect(f"{desc}: your backend received {graphs} graph(s)", run["graphs"] == graphs, hidden=hidden,
+                 expected=f"{graphs}", got=str(run["graphs"]),
+                 hint=about + "compile with torch.compile(fn, backend=silu_backend)")
+        got = run["kernels"]
+        t.expect(f"{desc}: kernels the graphs launch on npu", (got["aten::silu"], got["aten::sigmoid"],
+                                                               got["aten::mul.Tensor"]) == (silu, sigmoid, mul),
+                 hidden=hidden, expected=f"silu {silu}, sigmoid {sigmoid}, mul {mul}",
+                 got=f"silu {got['aten::silu']}, sigmoid {got['aten::sigmoid']}, mul {got['aten::mul.Tensor']}",
+                 hint=about + "in a Dynamo graph the product is operator.mul or torch.mul (call_function) or the "
+                              "mul method, in either operand order, and the sigmoid torch.sigmoid, "
+                              "torch.nn.functional.sigmoid or the sigmoid method; replace the product by "
+                              "torch.nn.functional.silu(x) and drop the sigmoid once nothing else uses it")
+        t.expect(f"{desc}: the graphs run on npu", run["crossed"] == 0 and not run["fallbacks"]
+                 and run["device"] == "npu", hidden=hidden,
+                 expected="0 bytes between host and npu, no CPU fallback, an npu result",
+                 got=f"{run['crossed']} bytes, fallbacks {run['fallbacks']}, result on {run['device']}",
+                 hint=about + "run the graph on the tensors it is given (no .cpu() or copies)")

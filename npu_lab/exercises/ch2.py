@@ -1,6 +1,6 @@
 """Chapter 2: TorchScript - trace and script, the IR, control flow, save/load, and its successor.
 
-Four exercises:
+Five exercises:
 
 * ``ch2.graph_ops`` - count the nodes of a TorchScript graph by kind, the nodes inside
   ``prim::If``/``prim::Loop`` blocks included;
@@ -9,7 +9,9 @@ Four exercises:
 * ``ch2.script_loop`` - a model that loops over its input's length: make it scriptable (types),
   script it and save a TorchScript archive that loads and matches eager at every length;
 * ``ch2.export_cond`` - replace the TorchScript deployment by ``torch.export``: ``torch.cond``
-  for the branch, a dynamic batch dimension, a ``.pt2`` archive that round-trips.
+  for the branch, a dynamic batch dimension, a ``.pt2`` archive that round-trips;
+* ``ch2.fuse_linear`` - build a TorchScript graph pass: ``x @ w.t() + b`` becomes one ``aten::linear``
+  in a scripted module and its submodules, and the fused module saves, loads and runs on the npu.
 
 The models the exercises work on (:class:`Screen`, :class:`Backbone`, :class:`Smoother`) are
 defined here so the notebooks can import them.
@@ -545,3 +547,162 @@ def _export_cond(t: Tester, export_screen) -> None:
             t.case(f"{desc}: saved, loaded, moved to npu, batch of {b}, {which} branch", lambda x, m=npu_run: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
                    hint="the loaded program's .module() is an nn.Module: .to('npu') moves its weights")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch2.fuse_linear: a pass over TorchScript graphs
+# ---------------------------------------------------------------------------------------------
+
+class Affine(nn.Module):
+    """``x @ w.t() + b``, the pattern the pass fuses."""
+
+    def __init__(self, n_in: int = 4, n_out: int = 3, seed: int = 0) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.w = nn.Parameter(torch.randn(n_out, n_in, generator=g))
+        self.b = nn.Parameter(torch.randn(n_out, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w.t() + self.b
+
+
+class BiasFirst(Affine):
+    """The bias first, ``torch.matmul`` spelled out, then a relu."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b + torch.matmul(x, self.w.t()))
+
+
+class ScaledBias(Affine):
+    """``torch.add(x @ w.t(), b, alpha=2)``: not a linear (the bias counts twice)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.add(x @ self.w.t(), self.b, alpha=2)
+
+
+class NoTranspose(nn.Module):
+    """``x @ w + b`` with ``w`` stored (in, out): a linear would need ``w.t()``, so it is not the pattern."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.w = nn.Parameter(torch.randn(4, 4, generator=g))
+        self.b = nn.Parameter(torch.randn(4, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w + self.b
+
+
+class TwoLayers(nn.Module):
+    """Two Affine submodules and a pattern of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = Affine(4, 4, seed=5)
+        self.second = BiasFirst(4, 3, seed=6)
+        g = torch.Generator().manual_seed(7)
+        self.skip = nn.Parameter(torch.randn(3, 4, generator=g))
+        self.skip_b = nn.Parameter(torch.randn(3, generator=g))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        return self.second(h) + (x @ self.skip.t() + self.skip_b)
+
+
+def _all_graph_kinds(module: Any) -> Counter:
+    """Node kinds over the forward graphs of a scripted module and all its submodules (blocks included)."""
+    kinds: Counter = Counter()
+    for sub in module.modules():
+        graph = getattr(sub, "graph", None)
+        if isinstance(graph, torch._C.Graph):
+            for kind in ("aten::linear", "aten::matmul", "aten::t"):
+                kinds[kind] += len(graph.findAllNodes(kind))
+    return kinds
+
+
+def _fused_run(fuse_linear: Any, make: type, x: torch.Tensor) -> dict[str, Any]:
+    """Script a fresh model, run the learner's pass on it, save and load the result, run it on the npu.
+
+    TorchScript compiles one type per module class and shares its graphs between all instances: a pass
+    changes them for every later script of that class. The cache of types is emptied first, so each run
+    starts from freshly compiled graphs (and the learner's notebook sees its own again afterwards).
+    """
+    _fresh_script_types()
+    try:
+        return _fused_run_fresh(fuse_linear, make, x)
+    finally:
+        _fresh_script_types()
+
+
+def _fresh_script_types() -> None:
+    torch.jit._recursive.concrete_type_store.type_store.clear()
+
+
+def _fused_run_fresh(fuse_linear: Any, make: type, x: torch.Tensor) -> dict[str, Any]:
+    scripted = torch.jit.script(make())
+    out = fuse_linear(scripted)
+    if not isinstance(out, torch.jit.ScriptModule):
+        raise TypeError(f"fuse_linear returned {type(out).__name__}, not the scripted module")
+    kinds = _all_graph_kinds(out)
+    buffer = io.BytesIO()
+    torch.jit.save(out, buffer)
+    buffer.seek(0)
+    loaded = torch.jit.load(buffer).to("npu")
+    from .. import transfer_stats
+    from ..device import fallback
+
+    fell, moved = dict(fallback.counts), transfer_stats()
+    y = loaded(x)
+    after = transfer_stats()
+    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    fallbacks = sorted(k for k, v in fallback.counts.items() if v != fell.get(k, 0))
+    return {"kinds": dict(kinds), "loaded": dict(_all_graph_kinds(loaded)), "out": y.detach().cpu(),
+            "device": y.device.type, "crossed": crossed, "fallbacks": fallbacks}
+
+
+#: (description, model class, (linear, matmul) expected after the pass, hidden, about)
+_FUSE_CASES = [
+    ("x @ w.t() + b", Affine, (1, 0), False, ""),
+    ("relu(b + torch.matmul(x, w.t()))", BiasFirst, (1, 0), False, "the bias comes first this time: "),
+    ("torch.add(x @ w.t(), b, alpha=2)", ScaledBias, (0, 1), True,
+     "alpha=2 adds the bias twice: linear(x, w, b) would add it once, so this add must stay: "),
+    ("x @ w + b, w stored (in, out)", NoTranspose, (0, 1), True,
+     "there is no aten::t before the matmul: linear(x, w, b) would compute x @ w.t() + b, another value: "),
+    ("two Affine submodules and a pattern of its own", TwoLayers, (3, 0), True,
+     "the submodules have forward graphs of their own (their graph is called through prim::CallMethod): "
+     "run the pass on every submodule's graph too: "),
+]
+
+
+@exercise("ch2.fuse_linear", "A TorchScript graph pass: x @ w.t() + b becomes aten::linear",
+          names=["fuse_linear"], timeout=60)
+def _fuse_linear(t: Tester, fuse_linear) -> None:
+    for i, (desc, make, (linear, matmul), hidden, about) in enumerate(_FUSE_CASES):
+        x = randn(2, 4, seed=60 + i)
+        with torch.no_grad():
+            expected = make()(x).detach()  # eager, on the CPU
+        outcome = t.call(_fused_run, fuse_linear, make, x.to("npu"))
+        if not outcome.ok:
+            t.error(f"fuse_linear(torch.jit.script({make.__name__}())), saved, loaded, run on npu", outcome,
+                    hidden=hidden, hint=about + "change module.graph (and each submodule's graph) in place with "
+                                                "graph.create('aten::linear', [x, w, b]), insert it, move the uses "
+                                                "of the add to it, then remove the dead nodes; return the module")
+            continue
+        run = outcome.value
+        kinds = run["kinds"]
+        got = (kinds.get("aten::linear", 0), kinds.get("aten::matmul", 0))
+        t.expect(f"{desc}: aten::linear and aten::matmul nodes after your pass", got == (linear, matmul),
+                 hidden=hidden, expected=f"{linear} linear, {matmul} matmul",
+                 got=f"{got[0]} linear, {got[1]} matmul",
+                 hint=about + "fuse aten::add(aten::matmul(x, aten::t(w)), b, 1), the add's operands in either order, "
+                              "and nothing else; remove the replaced nodes (torch._C._jit_pass_dce)")
+        loaded = run["loaded"]
+        t.expect(f"{desc}: the saved and loaded module keeps the fusion",
+                 loaded.get("aten::linear", 0) == linear, hidden=hidden, expected=f"{linear} linear after load",
+                 got=f"{loaded.get('aten::linear', 0)}", hint=about + "torch.jit.save writes the graphs you changed")
+        t.case(f"{desc}: values of the loaded module on npu", lambda r=run: r["out"], expected=expected,
+               hidden=hidden, rtol=1e-4, atol=1e-5, hint=about + "the fused module must compute what the model does")
+        t.expect(f"{desc}: runs on npu", run["device"] == "npu" and run["crossed"] == 0 and not run["fallbacks"],
+                 hidden=hidden, expected="an npu result, 0 bytes between host and npu, no CPU fallback",
+                 got=f"result on {run['device']}, {run['crossed']} bytes, fallbacks {run['fallbacks']}",
+                 hint=about + "keep the graph free of device moves (no .cpu() nodes)")

@@ -1,13 +1,15 @@
 """Chapter 4: lazy tensors - record operators, run them at a sync point, compile once per structure.
 
-Three exercises:
+Four exercises:
 
 * ``ch4.count_graphs`` - predict how many graphs lazy mode executes for each of a few snippets
   (:data:`SNIPPETS`), measured with ``npu_lab.lazy.metrics``;
 * ``ch4.remove_sync`` - rewrite a gradient-clipping training step with two hidden sync points
   (:func:`clipped_step_with_syncs`) so that each step is one graph, with the same numbers;
 * ``ch4.reuse_cache`` - rewrite an SGD step (:func:`sgd_step`) whose learning rate changes every
-  step and whose batches have different sizes, so that the loop compiles exactly once.
+  step and whose batches have different sizes, so that the loop compiles exactly once;
+* ``ch4.step_closures`` - build step closures (PyTorch/XLA's ``add_step_closure``): callbacks that
+  receive values of a step once its graph has run, so logging costs no sync point.
 
 The given code, the data loader and the loop the checks run (:func:`lazy_loop`) live here, so that
 the notebook shows and runs exactly what the checks measure.
@@ -456,3 +458,122 @@ def _reuse_cache(t: Tester, cached_sgd_step) -> None:
                  hidden=hidden, expected="allclose to sgd_step's parameters",
                  got="same" if _params_close(report.params, want_params) else "different",
                  hint=about + "padded rows must not contribute to the gradients: give them weight 0 in the loss")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch4.step_closures: callbacks that read a step's values after its graph ran (no extra sync)
+# ---------------------------------------------------------------------------------------------
+
+def _closure_model() -> nn.Module:
+    torch.manual_seed(5)
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 1))
+
+
+#: What each step registers: "loss" (one closure, one tensor), "two" (a closure of two tensors, the loss and
+#: the predictions' mean, then a second closure of a temporary made only for it), "none" (nothing).
+_PLANS = {"public": ["loss", "loss", "loss"], "hidden": ["two", "none", "two", "loss"]}
+
+
+def _closure_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor, what: str, k: int,
+                  add: Callable[..., Any] | None, log: list) -> list[tuple[str, int, list[torch.Tensor]]]:
+    """One SGD step; registers closures through ``add`` (None: eager, returns the values instead)."""
+    pred = model(x)
+    loss = F.mse_loss(pred, y)
+    loss.backward()
+    wanted: list[tuple[str, int, list[torch.Tensor]]] = []
+
+    def register(name: str, *tensors: torch.Tensor) -> None:
+        if add is None:
+            wanted.append((name, k, [t.detach().cpu().clone() for t in tensors]))
+        else:
+            add(lambda *values, name=name: log.append((name, k, list(values))), *tensors)
+
+    if what in ("loss", "two"):
+        register("loss" if what == "loss" else "loss+mean",
+                 *((loss.detach(),) if what == "loss" else (loss.detach(), pred.detach().mean())))
+    if what == "two":
+        register("max error", (pred.detach() - y).abs().max())
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.05 * p.grad
+            p.grad = None
+    return wanted
+
+
+def _batches(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(randn(5, 6, seed=seed + 2 * i, device="npu"), randn(5, 1, seed=seed + 2 * i + 1, device="npu"))
+            for i in range(n)]
+
+
+def _eager_closures(plan: list[str], seed: int) -> list[tuple[str, int, list[torch.Tensor]]]:
+    model = _closure_model().to("npu")
+    out = []
+    for k, ((x, y), what) in enumerate(zip(_batches(len(plan), seed), plan)):
+        out += _closure_step(model, x, y, what, k, None, [])
+    return out
+
+
+def _drive_closures(cls: Any, plan: list[str], seed: int) -> dict[str, Any]:
+    """The lazy loop with the learner's step closures: what the closures received, and graphs per step."""
+    compiler.reset()
+    model = _closure_model().to("npu")
+    log: list = []
+    per_step, calls_at_end = [], []
+    closures = cls()
+    with lazy.mode():
+        for k, ((x, y), what) in enumerate(zip(_batches(len(plan), seed), plan)):
+            before = _counters()
+            _closure_step(model, x, y, what, k, closures.add, log)
+            closures.mark_step()
+            graphs, _, syncs = _since(before)
+            per_step.append((graphs, syncs))
+            calls_at_end.append(len(log))
+    return {"log": log, "per_step": per_step, "calls_at_end": calls_at_end}
+
+
+@exercise("ch4.step_closures", "Step closures: read a step's values after its graph ran, with no extra sync",
+          names=["StepClosures"], timeout=90)
+def _step_closures(t: Tester, StepClosures) -> None:  # noqa: N803 - the learner's class
+    for label, seed, hidden in (("public", 100, False), ("hidden", 200, True)):
+        plan = _PLANS[label]
+        expected = _eager_closures(plan, seed)
+        desc = f"{len(plan)} lazy SGD steps registering {', '.join(plan)}"
+        about = ("" if not hidden else "here a step registers two closures, the first of two tensors (the loss "
+                 "and the predictions' mean) and the second of a temporary made only for it, and one step registers "
+                 "nothing: ")
+        outcome = t.call(_drive_closures, StepClosures, plan, seed)
+        if not outcome.ok:
+            t.error(f"{desc}: StepClosures().add(fn, *tensors) during each step, .mark_step() at its end", outcome,
+                    hidden=hidden, hint=about + "add(fn, *tensors) keeps fn and the tensors; mark_step() runs "
+                                                "npu_lab.lazy.mark_step() and then calls each fn with the values")
+            continue
+        run = outcome.value
+        graphs = [g for g, _ in run["per_step"]]
+        t.expect(f"{desc}: one graph per step, closures included", all(g == 1 for g in graphs), hidden=hidden,
+                 expected=f"{[1] * len(plan)}", got=f"{graphs}; sync points {[s for _, s in run['per_step']]}",
+                 hint=about + "a closure must not read a value before the step's graph has run: .item(), .cpu() or "
+                              "float() of a lazy tensor in add() is a sync point of its own (a second graph)")
+        want_at_end = [sum(1 for _, kk, _ in expected if kk <= k) for k in range(len(plan))]
+        t.expect(f"{desc}: each step's closures run in its mark_step, once", run["calls_at_end"] == want_at_end,
+                 hidden=hidden, expected=f"closures run so far after each step: {want_at_end}",
+                 got=f"{run['calls_at_end']}",
+                 hint=about + "call every closure registered since the last mark_step, after the graph ran, and "
+                              "then forget them (a closure runs once, in the step that registered it)")
+        log = run["log"]
+        names = [(n, k) for n, k, _ in log]
+        t.expect(f"{desc}: closures called in the order they were added", names == [(n, k) for n, k, _ in expected],
+                 hidden=hidden, expected=str([(n, k) for n, k, _ in expected]), got=str(names),
+                 hint=about + "keep the closures in a list and call them first to last")
+        kinds = {type(v).__name__ + ("" if not isinstance(v, torch.Tensor) else f" on {v.device.type}")
+                 for _, _, vs in log for v in (vs if type(vs) is list else [vs])}
+        plain_cpu = all(type(v) is torch.Tensor and v.device.type == "cpu" for _, _, vs in log for v in vs)
+        t.expect(f"{desc}: closures receive CPU tensors", bool(log) and plain_cpu, hidden=hidden,
+                 expected="torch.Tensor on cpu, one per tensor given to add()", got=", ".join(sorted(kinds)) or
+                 "no calls", hint=about + "pass each value as a CPU tensor (t.cpu() once the graph has run costs no "
+                                          "graph): a lazy tensor handed to user code syncs whenever it is read")
+        if plain_cpu and names == [(n, k) for n, k, _ in expected]:
+            got_values = [[v.clone() for v in vs] for _, _, vs in log]
+            t.case(f"{desc}: the values the closures received", lambda g=got_values: g,
+                   expected=[vs for _, _, vs in expected], hidden=hidden, rtol=1e-4, atol=1e-5,
+                   hint=about + "each closure gets the values of the tensors given to add(), in that order, as the "
+                                "step computed them (before the parameters were updated)")

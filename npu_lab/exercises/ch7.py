@@ -1,6 +1,6 @@
-"""Chapter 7: the Dispatcher - key paths, a kernel registered for npu, and a custom operator.
+"""Chapter 7: the Dispatcher - key paths, a kernel registered for npu, a custom operator, a dispatch mode.
 
-Three exercises:
+Four exercises:
 
 * ``ch7.key_path`` - walk an operator's dispatch table for a call's key set, as the dispatcher
   does (checked against the lab's dispatch inspector on real operators and real tensors);
@@ -9,10 +9,16 @@ Three exercises:
   the check takes it out first (``npu_lab.without_kernels``, unless the notebook already did), as
   on a chip team's first day; it runs the op, proves with a dispatch trace that the learner's kernel
   ran (not the CPU fallback), removes the learner's registration again (``Library._destroy()``) and
-  then puts back the shipped kernels it took out, so nothing leaks into later code;
+  then puts back the shipped kernels it took out, so nothing leaks into later code. Its expected
+  values come from NumPy (computed before the learner's code runs), and a library that registers
+  for any key other than PrivateUse1 (a CPU kernel) fails;
 * ``ch7.custom_op`` - ``swiglu(a, b) = silu(a) * b`` as a ``torch.library.custom_op`` with a fake
   implementation and an autograd formula, checked with ``torch.library.opcheck``, ``gradcheck``
-  and ``torch.compile(backend="npu", fullgraph=True)``.
+  and ``torch.compile(backend="npu", fullgraph=True)``;
+* ``ch7.dispatch_mode`` - build a ``TorchDispatchMode`` that logs every ATen call of a program and
+  the bytes it copies between host and device, checked on hidden programs (a training step,
+  inference_mode, in-place views, round trips) against the lab's dispatch tracer and the runtime's
+  copy counters.
 
 Helpers for the notebooks: :func:`call_keys` (the key set the dispatcher computes for a call)
 and :func:`table_kinds` (an operator's dispatch table as ``{key: kind}``).
@@ -27,9 +33,11 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from ..grading import isolation, references
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
+from ..grading.values import check_plain, tensors_close
 
 chapter("ch7", "The Dispatcher: keys, tables, kernels and custom operators", [
     "A tensor carries a dispatch key set: its backend key and the autograd key that goes with it",
@@ -40,6 +48,7 @@ chapter("ch7", "The Dispatcher: keys, tables, kernels and custom operators", [
     "A backend fallback is one boxed kernel for every operator without a kernel (the NPU's CPU fallback)",
     "A custom operator needs a fake implementation for torch.compile and an autograd formula for training",
     "torch.library.opcheck tests a custom operator's schema, fake implementation and autograd registration",
+    "A TorchDispatchMode (the Python key) sees every ATen call below autograd: FakeTensor and make_fx build on it",
 ])
 
 
@@ -170,7 +179,7 @@ def _describe_call(call) -> str:
 
 
 @exercise("ch7.register_kernel", "Register an npu kernel for an operator the NPU lacks (aten::hardswish)",
-          names=["register_hardswish"], timeout=60)
+          names=["register_hardswish"], timeout=60, keeps_registrations=True)
 def _register_kernel(t: Tester, register_hardswish) -> None:
     from ..ops.registry import without_kernels
 
@@ -181,11 +190,36 @@ def _register_kernel(t: Tester, register_hardswish) -> None:
         _grade_registration(t, register_hardswish)
 
 
+def _hardswish_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
+    """(description, input on the CPU, expected, hidden), the expected values computed in NumPy before any
+    code of the learner's runs (a kernel registered for the CPU as well cannot be its own reference)."""
+    cases = []
+    for shape, hidden in [((4, 5), False), ((7,), False), ((0, 3), False), ((2, 3, 4), True)]:
+        x = randn(*shape, seed=len(shape) + 40) * 4
+        cases.append((f"F.hardswish(x of {shape} on npu) equals hardswish computed in NumPy", x, hidden))
+    edges = torch.tensor([-7.0, -3.0, -2.999, -1.5, 0.0, 1.5, 2.999, 3.0, 7.0])
+    cases.append(("F.hardswish at and around the kinks x = -3 and x = 3", edges, True))
+    return [(d, x, references.expected(references.hardswish, x), h) for d, x, h in cases]
+
+
+def _run_keeping_input(x: torch.Tensor) -> list[torch.Tensor]:
+    """F.hardswish(x) and x itself afterwards (a kernel must not write into its input)."""
+    return [F.hardswish(x).cpu(), x.cpu()]
+
+
 def _grade_registration(t: Tester, register_hardswish) -> None:
     from ..device import fallback
     from ..inspect.dispatch import dispatch_table
 
-    libs: list[torch.library.Library] = []
+    cases = _hardswish_cases()  # before the learner's code runs
+    xt = (randn(5, 3, seed=44) * 4).t()
+    want_t = references.expected(references.hardswish, xt)
+    x_in = randn(6, 7, seed=47) * 4
+    want_in = [references.expected(references.hardswish, x_in), x_in.clone()]
+    x_again = randn(6, seed=46) * 4
+    want_again = references.expected(references.hardswish, x_again)
+
+    returned: list[torch.library.Library] = []  # destroyed at the end too, even if made before the check
     was_enabled = fallback.cpu_fallback_enabled()
     fallback.set_cpu_fallback(True)  # a missing registration then shows up as a fallback, not as an error
     try:
@@ -197,9 +231,9 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
                          "'PrivateUse1') and return the library")
             return
         lib = outcome.value
-        is_lib = isinstance(lib, torch.library.Library)
+        is_lib = type(lib) is torch.library.Library
         if is_lib:
-            libs.append(lib)
+            returned.append(lib)
         if not t.expect("register_hardswish() returns the torch.library.Library it registered with",
                         is_lib and lib.m is not None, expected="a live torch.library.Library", got=short(lib),
                         hint="return the library: once nothing refers to it, Python frees it and the registration "
@@ -209,9 +243,15 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
                  lib.ns == "aten" and lib.kind in ("IMPL", "FRAGMENT"), expected="Library('aten', 'IMPL')",
                  got=f"Library({lib.ns!r}, {lib.kind!r})",
                  hint="hardswish is an ATen operator: torch.library.Library('aten', 'IMPL')")
-        t.expect("the library holds a kernel for aten::hardswish at the PrivateUse1 key", _IMPL_KEY in lib._op_impls,
-                 expected=_IMPL_KEY, got=short(sorted(lib._op_impls)),
+        t.expect("the library holds a kernel for aten::hardswish at the PrivateUse1 key",
+                 _IMPL_KEY in references.registrations(lib), expected=_IMPL_KEY,
+                 got=short(references.registrations(lib)),
                  hint="lib.impl('hardswish', hardswish_npu, 'PrivateUse1'): the npu device is the PrivateUse1 key")
+        foreign = sorted({k for made in [*returned, *t.libraries] for k in references.foreign_keys(made)})
+        t.expect("your code registers kernels for the npu (PrivateUse1) key only", not foreign,
+                 expected="only .../PrivateUse1 registrations", got=short(foreign),
+                 hint="a kernel registered for the CPU (or another key) changes what every CPU tensor computes, "
+                      "in every notebook cell after it: register for 'PrivateUse1' only")
         entry = dispatch_table(OP).get("PrivateUse1")
         t.expect("aten::hardswish's dispatch table now has a kernel (not the backend fallback) at PrivateUse1",
                  entry is not None and entry.kind == "kernel", expected="kernel",
@@ -219,14 +259,16 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
 
         hint = ("hardswish(x) = x * min(max(x + 3, 0), 6) / 6; allocate the output on npu (torch.empty_like) and "
                 "fill it in a numba kernel through npu_lab.device_array")
-        for shape, hidden in [((4, 5), False), ((7,), False), ((0, 3), False), ((2, 3, 4), True)]:
-            x = randn(*shape, seed=len(shape) + 40) * 4
-            t.case(f"F.hardswish(x of {shape} on npu) equals the CPU's", _run_hardswish, x.to("npu"),
-                   expected=F.hardswish(x), hidden=hidden, hint=hint, rtol=1e-5, atol=1e-6)
-        xt = (randn(5, 3, seed=44) * 4).t()
+        for desc, x, want, hidden in cases:
+            t.case(desc, _run_hardswish, x.to("npu"), expected=want, hidden=hidden, rtol=1e-5, atol=1e-6,
+                   hint=hint if "kinks" not in desc else
+                   "clip x + 3 to [0, 6] (both ends): hardswish is 0 for x <= -3 and x itself for x >= 3")
         t.case("F.hardswish(a transposed, non-contiguous npu tensor)", _run_hardswish, xt.to("npu"),
-               expected=F.hardswish(xt), hint="a transposed tensor's elements are not in memory order: "
+               expected=want_t, hint="a transposed tensor's elements are not in memory order: "
                "call .contiguous() before handing its memory to the kernel")
+        t.case("F.hardswish(x) leaves x unchanged (and returns a new tensor)", _run_keeping_input, x_in.to("npu"),
+               expected=want_in, hidden=True, hint="write the result into a new tensor (torch.empty_like(x)), "
+               "never into the input: aten::hardswish is not an in-place operator")
 
         outcome = t.call(_trace_once, (randn(64, seed=45) * 4).to("npu"))
         if not outcome.ok:
@@ -250,16 +292,14 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
 
         with _quiet():  # PyTorch warns (once) that the second registration overrides the first
             again = t.call(register_hardswish)  # what re-running the notebook cell does
-        if again.ok and isinstance(again.value, torch.library.Library):
-            libs.append(again.value)
-        x = randn(6, seed=46) * 4
+        if again.ok and type(again.value) is torch.library.Library:
+            returned.append(again.value)
         t.case("calling register_hardswish() a second time (re-running the cell) works, and the op still runs",
-               lambda a: (again.value is not None and again.ok, _run_hardswish(a))[1], x.to("npu"),
-               expected=F.hardswish(x), hidden=True, hint="registering again must not fail: do not pass "
+               lambda a: (again.ok, _run_hardswish(a))[1], x_again.to("npu"),
+               expected=want_again, hidden=True, hint="registering again must not fail: do not pass "
                "allow_override=False, and create a new Library in each call")
     finally:
-        for lib in libs:
-            lib._destroy()
+        isolation.destroy_libraries([*returned, *t.libraries])  # before the shipped kernels come back
         fallback.set_cpu_fallback(was_enabled)
 
 
@@ -281,7 +321,19 @@ _OPCHECK_HINTS = {
 
 
 def _reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return F.silu(a) * b
+    """silu(a) * b, computed in NumPy (no PyTorch operator the learner could have registered a kernel for)."""
+    return references.expected(lambda x, y: references.silu(x) * y, a, references.array(b))
+
+
+def _reference_grads(a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
+    """[swiglu(a, b), d/da, d/db] for the weights :func:`_grads` uses, computed in NumPy."""
+    import numpy as np
+
+    an, bn = references.array(a), references.array(b)
+    g = np.linspace(-1, 1, an.size).reshape(an.shape) if an.size else np.zeros(an.shape)
+    s = references.sigmoid(an)
+    outs = [an * s * bn, g * bn * s * (1 + an * (1 - s)), g * an * s]
+    return [torch.from_numpy(o).to(a.dtype) for o in outs]
 
 
 def _grads(fn: Callable, a: torch.Tensor, b: torch.Tensor) -> list[torch.Tensor]:
@@ -334,7 +386,7 @@ def _first_line(value: Any) -> str:
 def _custom_op(t: Tester, swiglu) -> None:
     from torch._library.custom_ops import CustomOpDef
 
-    if not t.expect("swiglu is an operator made with torch.library.custom_op", isinstance(swiglu, CustomOpDef),
+    if not t.expect("swiglu is an operator made with torch.library.custom_op", type(swiglu) is CustomOpDef,
                     expected="a CustomOpDef", got=type(swiglu).__name__,
                     hint='decorate the function with @torch.library.custom_op("yourname::swiglu", mutates_args=())'):
         return
@@ -384,7 +436,7 @@ def _custom_op(t: Tester, swiglu) -> None:
                  hint="d/da = grad * b * s * (1 + a * (1 - s)) with s = sigmoid(a); d/db = grad * silu(a)")
 
     a, b = randn(5, 7, seed=56), randn(5, 7, seed=57)
-    want = _grads(_reference, a.to("npu"), b.to("npu"))
+    want = _reference_grads(a, b)
     t.case("output and gradients of swiglu on npu equal those of silu(a) * b", _grads, swiglu, a.to("npu"),
            b.to("npu"), expected=want, hint="save a and b in setup_context; return (grad_a, grad_b)",
            rtol=1e-4, atol=1e-5)
@@ -399,7 +451,146 @@ def _custom_op(t: Tester, swiglu) -> None:
              expected="1 node", got=f"{nodes} node(s)",
              hint="a custom operator is not traced into: the graph calls it as a whole")
     doubled = [w * 2 for w in want]  # the compiled function returns swiglu(a, b) * 2
-    got = outcome.value["grads"]
-    ok = all(torch.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, doubled))
+    plain, got, _ = check_plain(outcome.value["grads"])
+    ok = plain and type(got) is list and len(got) == 3 and all(
+        tensors_close(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(got, doubled))
     t.expect("compiled output and gradients equal eager", ok, hidden=True, expected="equal", got="equal" if ok else
              "different", hint="the backward formula must use only torch operations, so AOTAutograd can trace it")
+
+
+# ---------------------------------------------------------------------------------------------
+# ch7.dispatch_mode
+# ---------------------------------------------------------------------------------------------
+
+def mlp_step() -> torch.Tensor:
+    """One SGD training step of a small MLP on npu: data copied in, the loss copied back."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to("npu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8).to("npu"), torch.randn(4, 2).to("npu")
+    loss = F.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss.detach().cpu()
+
+
+def _inference() -> torch.Tensor:
+    torch.manual_seed(1)
+    model = torch.nn.Linear(6, 3).to("npu")
+    x = torch.randn(5, 6).to("npu")
+    with torch.inference_mode():  # no autograd key: composites such as aten::linear reach the mode whole
+        y = torch.softmax(model(x), dim=-1)
+    return y.cpu()
+
+
+def _in_place_and_views() -> torch.Tensor:
+    a = torch.arange(12, dtype=torch.float32).to("npu")
+    b = a.view(3, 4)
+    b.add_(1)
+    b[:, 1].mul_(2)
+    return a.to(torch.float64).add(1).cpu()  # a conversion on the device moves nothing between host and device
+
+
+def _round_trips() -> torch.Tensor:
+    x = torch.ones(3, 5, dtype=torch.float64)
+    for _ in range(3):
+        x = (x.to("npu") * 2).cpu()
+    return x + torch.zeros(2, 3, 5, dtype=torch.int16).to("npu").cpu()
+
+
+def _cpu_only() -> torch.Tensor:
+    x = torch.linspace(-1, 1, 10)
+    return (x.relu() + x.sigmoid()).sum(dim=0, keepdim=True)
+
+
+#: (description, program, hidden)
+LOG_PROGRAMS: list[tuple[str, Callable[[], Any], bool]] = [
+    ("a training step of an MLP on npu (forward, backward, optimizer step)", mlp_step, False),
+    ("inference on npu inside torch.inference_mode()", _inference, False),
+    ("in-place operators on views of an npu tensor", _in_place_and_views, True),
+    ("float64 and int16 tensors copied to npu and back several times", _round_trips, True),
+    ("a program on the CPU only (nothing crosses host<->device)", _cpu_only, True),
+]
+
+
+def _reference_log(program: Callable[[], Any]) -> dict[str, Any]:
+    """What the lab's own dispatch tracer and the runtime's copy counters see (a warm run first)."""
+    from .. import transfer_stats
+    from ..inspect.dispatch import trace
+
+    program()
+    moved = transfer_stats()
+    result: list[Any] = []
+    tr = trace(lambda: result.append(program()))
+    after = transfer_stats()
+    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    return {"ops": [c.op for c in tr.calls], "copied": crossed, "result": result[0].detach().cpu().clone()}
+
+
+def _run_logged(mode_class: Any, program: Callable[[], Any], nested: bool = False) -> dict[str, Any]:
+    """``with mode_class() as log: program()``; what the log holds (and, nested, what an outer log holds)."""
+    outer = mode_class() if nested else contextlib.nullcontext()
+    with outer:
+        with mode_class() as log:
+            result = program()
+    out = {"ops": log.ops, "copied": log.copied, "result": result.cpu()}
+    if nested:
+        out["outer ops"], out["outer copied"] = outer.ops, outer.copied
+    return out
+
+
+def _log_hint(desc: str) -> str:
+    if "in-place" in desc:
+        return ("record every call the mode sees, in-place ones and views too, with func.name() "
+                "(e.g. 'aten::add_.Tensor')")
+    if "float64" in desc:
+        return ("bytes are numel * element_size of the result that crossed (a float64 element is 8 bytes); count "
+                "each call whose result is on another device type than its source (for aten::copy_, args[1]; "
+                "for any other operator, its first tensor argument)")
+    if "CPU only" in desc:
+        return "a copy within one device moves nothing between host and device"
+    if "inference_mode" in desc:
+        return ("inside inference_mode (and on its tensors) the autograd keys are gone: composite operators such as "
+                "aten::linear and aten::to reach the mode whole; record what reaches the mode, and count a copy by "
+                "its devices, not by the operator's name")
+    return ("in __torch_dispatch__: out = func(*args, **(kwargs or {})); append func.name() to self.ops; if out is "
+            "a tensor on another device type than its source, add out.numel() * out.element_size(); return out")
+
+
+@exercise("ch7.dispatch_mode", "Build a TorchDispatchMode: log a step's ATen calls and the bytes it copies",
+          names=["StepLog"], timeout=60)
+def _dispatch_mode(t: Tester, StepLog) -> None:  # noqa: N803 - the learner's class
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    is_mode = isinstance(StepLog, type) and issubclass(StepLog, TorchDispatchMode) and StepLog is not TorchDispatchMode
+    if not t.expect("StepLog is a class derived from torch.utils._python_dispatch.TorchDispatchMode", is_mode,
+                    expected="class StepLog(TorchDispatchMode)", got=short(StepLog),
+                    hint="class StepLog(TorchDispatchMode): with __init__ (call super().__init__()) and "
+                         "__torch_dispatch__(self, func, types, args=(), kwargs=None)"):
+        return
+    references_ = [(desc, program, hidden, _reference_log(program)) for desc, program, hidden in LOG_PROGRAMS]
+    for desc, program, hidden, want in references_:
+        outcome = t.call(_run_logged, StepLog, program)
+        hint = _log_hint(desc)
+        if not outcome.ok:
+            t.error(f"{desc}: with StepLog() as log: program()", outcome, hidden=hidden, hint=hint)
+            continue
+        got = outcome.value
+        t.case(f"{desc}: the program's result is unchanged under the mode", lambda g=got: g["result"],
+               expected=want["result"], hidden=hidden, hint="return func(*args, **kwargs)'s result unchanged")
+        t.case(f"{desc}: log.ops lists the {len(want['ops'])} ATen calls, in order", lambda g=got: g["ops"],
+               expected=want["ops"], hidden=hidden, hint=hint)
+        t.case(f"{desc}: log.copied counts the bytes that crossed host<->device", lambda g=got: g["copied"],
+               expected=want["copied"], hidden=hidden, hint=_log_hint("float64") if "float64" not in desc else hint)
+    desc, program, _, want = references_[0]
+    outcome = t.call(_run_logged, StepLog, program, nested=True)
+    if not outcome.ok:
+        t.error("two logs, one inside the other", outcome, hidden=True,
+                hint="each StepLog keeps its own list: create it in __init__, not as a class attribute")
+        return
+    t.case("two logs, one inside the other: both see every call of the training step",
+           lambda g=outcome.value: [g["ops"], g["outer ops"], g["copied"], g["outer copied"]],
+           expected=[want["ops"], want["ops"], want["copied"], want["copied"]], hidden=True,
+           hint="call func(*args, **kwargs) inside __torch_dispatch__ (the mode is off while it runs, so the outer "
+                "mode sees the call next); keep each log's list in the instance (self.ops = [] in __init__)")

@@ -394,18 +394,35 @@ def _attrs(obj: Any) -> dict[str, Any]:
     return attrs
 
 
+#: Patches PyTorch itself makes on first use, kept when they appear during a check: Dynamo wraps
+#: ``nn.Module.__init__``/``__setstate__`` once, on its first compile, to tag modules it sees created.
+_PYTORCH_PATCHES = {("__init__", "torch._dynamo.mutation_guard"), ("__setstate__", "torch._dynamo.mutation_guard")}
+
+
+def _pytorch_patch(obj: Any, name: str, value: Any) -> bool:
+    return obj is torch.nn.Module and (name, getattr(value, "__module__", None)) in _PYTORCH_PATCHES
+
+
+def _runtime_cache(name: str) -> bool:
+    """A name Python or Dynamo adds on its own, kept when it appears during a check: ``copyreg``'s
+    ``__slotnames__`` cache on a class that was copied or pickled, and the globals Dynamo installs in the
+    module of a function it compiles (``__builtins_dict___42``, ``__compiled_fn_3``, ``__resume_at_..``:
+    its compiled code reads them, so removing them would break it)."""
+    return name == "__slotnames__" or (name.startswith("__") and not name.endswith("__"))
+
+
 def _restore_attrs(obj: Any, saved: dict[str, Any], strict: bool) -> list[str]:
     changed = []
     now = vars(obj)
     for k, v in saved.items():
-        if now.get(k, _MISSING) is not v:
+        if now.get(k, _MISSING) is not v and not _pytorch_patch(obj, k, now.get(k)):
             changed.append(k)
             try:
                 setattr(obj, k, v) if not isinstance(obj, dict) else obj.__setitem__(k, v)
             except (AttributeError, TypeError):
                 pass
     if strict:
-        for k in [k for k in now if k not in saved]:
+        for k in [k for k in now if k not in saved and not _runtime_cache(k)]:
             changed.append(k)
             try:
                 delattr(obj, k)

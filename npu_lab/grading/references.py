@@ -28,6 +28,11 @@ def _np(x: torch.Tensor) -> np.ndarray:
         return x.detach().cpu().numpy().astype(np.float64)
 
 
+def array(x: torch.Tensor) -> np.ndarray:
+    """``x`` as a float64 NumPy array (read without any ``__torch_function__`` override)."""
+    return _np(x)
+
+
 def expected(formula: Callable[..., np.ndarray], x: torch.Tensor, *args: Any) -> torch.Tensor:
     """``formula`` applied to ``x`` (made a float64 NumPy array), returned as a CPU tensor of ``x``'s dtype."""
     out = np.asarray(formula(_np(x), *args))
@@ -60,6 +65,39 @@ def silu(x: np.ndarray) -> np.ndarray:
 
 def relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0)
+
+
+def conv2d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None, stride: int = 1, padding: int = 0,
+           groups: int = 1) -> np.ndarray:
+    """A 2-d convolution (cross-correlation, as ``F.conv2d``) of ``x`` (N, C, H, W), in NumPy."""
+    n, c, h, w = x.shape
+    o, cg, kh, kw = weight.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    ho, wo = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+    out = np.zeros((n, o, ho, wo))
+    og = o // groups
+    for g in range(groups):
+        xs = xp[:, g * cg:(g + 1) * cg]
+        ws = weight[g * og:(g + 1) * og]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i:i + stride * ho:stride, j:j + stride * wo:stride]  # (n, cg, ho, wo)
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    if bias is not None:
+        out += bias.reshape(1, -1, 1, 1)
+    return out
+
+
+def batch_norm(x: np.ndarray, mean: np.ndarray, var: np.ndarray, weight: np.ndarray | None, bias: np.ndarray | None,
+               eps: float) -> np.ndarray:
+    """Inference batch norm over dimension 1 with running statistics, in NumPy."""
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
 
 
 def registrations(library: torch.library.Library) -> list[str]:

@@ -61,8 +61,9 @@ EXERCISES: dict[str, Exercise] = {}
 CHAPTERS: dict[str, Chapter] = {}
 
 
-#: Exercises whose answers register kernels the check then uses (until their modules say so themselves).
-KEEPS_REGISTRATIONS = {"ch7.register_kernel"}
+#: Exercises whose answers register kernels the check then uses, besides those declaring
+#: ``keeps_registrations=True`` themselves (ch7.register_kernel does).
+KEEPS_REGISTRATIONS: set[str] = set()
 
 
 def exercise(exercise_id: str, title: str, names: list[str] | tuple[str, ...], timeout: float = DEFAULT_TIMEOUT,

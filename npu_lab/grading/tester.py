@@ -78,10 +78,31 @@ def short(value: Any, limit: int = 160) -> str:
                 pass
         return text
     ok, data, _ = values.check_plain(value)
-    text = guard.safe_text(data if ok else value, repr, limit=limit * 4)
+    text = _plain_text(data, limit * 4) if ok else guard.safe_text(value, repr, limit=limit * 4)
     if not ok and not text.startswith("<"):
         text = f"{text} (a {guard.type_name(value)})"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _plain_text(data: Any, limit: int) -> str:
+    """``repr`` of plain data, with every tensor in it described by :func:`short` (a tensor's own ``repr``
+    runs device kernels, which may compile for seconds under the formatting time limit)."""
+    if values.is_plain_tensor(data):
+        return short(data, limit)
+    if type(data) in (list, tuple, dict):
+        parts: list[str] = []
+        items = data.items() if type(data) is dict else data
+        for item in items:
+            if sum(map(len, parts)) > limit:  # the table cuts the text anyway: do not format the rest
+                parts.append("...")
+                break
+            parts.append(f"{_plain_text(item[0], limit)}: {_plain_text(item[1], limit)}" if type(data) is dict
+                         else _plain_text(item, limit))
+        inner = ", ".join(parts)
+        if type(data) is dict:
+            return "{" + inner + "}"
+        return f"[{inner}]" if type(data) is list else f"({inner}{',' if len(data) == 1 else ''})"
+    return guard.safe_text(data, repr, limit=limit)
 
 
 def _kind(value: Any) -> str:

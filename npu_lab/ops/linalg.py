@@ -100,8 +100,32 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     return _epilogue(prod, self, beta, alpha)
 
 
+def _type_meta(dtype: torch.dtype) -> str:
+    """A dtype as PyTorch's C++ messages print it (caffe2::TypeMeta: "float", "double", "c10::Half")."""
+    return {torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16"}.get(dtype, _short(dtype).lower())
+
+
 @register("addmm.out")
 def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
+    # Inductor calls products with an ``out=`` buffer it planned: nn.Linear's case writes straight into it
+    # (no temporary and no device copy) when ``out`` is contiguous and shares no memory with an input.
+    _check_mm("addmm", mat1, mat2)
+    check_same_device("aten::addmm", self)
+    if out.dtype != mat1.dtype:  # PyTorch's own check and message
+        raise RuntimeError(f"Expected out tensor to have dtype {_type_meta(mat1.dtype)}, "
+                           f"but got {_type_meta(out.dtype)} instead")
+    m, k = mat1.shape
+    n = mat2.shape[1]
+    out_ptr = out.untyped_storage().data_ptr()
+    if (beta == 1 and alpha == 1 and self.dtype == mat1.dtype == out.dtype and tuple(self.shape) in ((n,), (1, n))
+            and m and n and k and out.device == mat1.device
+            and all(t.untyped_storage().data_ptr() != out_ptr for t in (self, mat1, mat2))):
+        resize_out(out, (m, n))
+        if out.is_contiguous():
+            mk.mm(as_array(mat1), as_array(mat2), as_array(out),
+                  tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(self).reshape(n))
+            launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out))
+            return out
     res = addmm(self, mat1, mat2, beta=beta, alpha=alpha)
     resize_out(out, res.shape)
     device_copy(out, res)

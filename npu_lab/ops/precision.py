@@ -138,6 +138,10 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
             if isinstance(orig, torch.Tensor) and new is not orig:
                 _write_back(orig, new)
                 mutated[id(new)] = orig
+            elif type(orig) in (list, tuple) and new is not orig:  # a written list (foreach operators)
+                for o, n in zip(orig, new):
+                    if isinstance(o, torch.Tensor) and n is not o:
+                        _write_back(o, n)
         dtype_given = explicit_dtype and (
             kwargs.get("dtype") is not None or kwargs.get("half_to_float") is True
             or any(isinstance(a, torch.dtype) for a in args)

@@ -132,10 +132,9 @@ class Profile:
         events = [
             {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "npu:0 (simulated clock)"}},
         ]
-        streams = sorted({k.stream for k in self.kernels})
-        for s in streams:
+        for s in sorted({k.stream for k in self.kernels}):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": s,
-                           "args": {"name": f"stream {s}"}})
+                           "args": {"name": self.lane_name(s)}})
         for k in self.kernels:
             events.append({
                 "name": k.name, "cat": k.kind, "ph": "X", "pid": 0, "tid": k.stream,
@@ -147,6 +146,18 @@ class Profile:
             events.append({"name": "allocated", "ph": "C", "pid": 0, "ts": m.sim_us,
                            "args": {"bytes": m.allocated_after}})
         return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    @property
+    def comm_streams(self) -> set[int]:
+        """Streams that ran only collectives (npuccl's communication stream): the comm lanes."""
+        kinds: dict[int, set[str]] = defaultdict(set)
+        for k in self.kernels:
+            kinds[k.stream].add(k.kind)
+        return {s for s, ks in kinds.items() if ks == {"collective"}}
+
+    def lane_name(self, stream: int) -> str:
+        """How timelines label ``stream``: ``"stream 1 (comm)"`` for a communication stream."""
+        return f"stream {stream} (comm)" if stream in self.comm_streams else f"stream {stream}"
 
     def export_chrome_trace(self, path: str | Path) -> Path:
         """Write :meth:`chrome_trace` as JSON to ``path``."""
@@ -166,7 +177,8 @@ class Profile:
             ax.broken_barh([(k.start_us, max(k.sim_us, 0.01))], (k.stream - 0.4, 0.8), color=c)
         ax.set_xlabel("simulated time (us)")
         ax.set_ylabel("stream")
-        ax.set_yticks(sorted({k.stream for k in self.kernels}) or [0])
+        lanes = sorted({k.stream for k in self.kernels}) or [0]
+        ax.set_yticks(lanes, [self.lane_name(s) for s in lanes])
         ax.set_title("NPU timeline")
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()][:12]
         ax.legend(handles, list(colors)[:12], fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.35))

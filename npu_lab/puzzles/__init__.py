@@ -6,10 +6,13 @@ results back. The modules, one job each:
 
 * :mod:`~npu_lab.puzzles.model` - the tile API a kernel is written in (``ctx.load``, ``ctx.store``...);
 * :mod:`~npu_lab.puzzles.runner` - :func:`launch`: run a kernel on ``npu`` tensors and count its cost;
+* :mod:`~npu_lab.puzzles.compiled` - the compiled runner: the kernel body once for the whole grid;
+* :mod:`~npu_lab.puzzles.jit` - its numba loads and stores over the tensors' device memory;
 * :mod:`~npu_lab.puzzles.debug` - the trace and the error messages of ``launch(..., debug=True)``;
 * :mod:`~npu_lab.puzzles.cost` - :class:`Stats` and the roofline of the device's cost model;
 * :mod:`~npu_lab.puzzles.draw` - reads per element, which tiles were loaded when, the roofline;
 * :mod:`~npu_lab.puzzles.specs` - the puzzles: shapes, references, minimum bytes, scratchpad;
+* :mod:`~npu_lab.puzzles.references` - what each puzzle computes, as NumPy formulas (the checks' references);
 * :mod:`~npu_lab.puzzles.solutions` - reference solutions;
 * :mod:`~npu_lab.puzzles.bridge` - a finished softmax kernel as the npu kernel of ``aten::_softmax``.
 

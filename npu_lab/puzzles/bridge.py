@@ -11,7 +11,7 @@ dispatch key, a wrapper that launches the learner's puzzle kernel on every softm
     # on leaving: the registration is destroyed and the shipped kernel is back
 
 The wrapper moves the softmax dimension last and makes it contiguous (rows of length ``m``),
-launches ``kernel(ctx, x, out, n, m, B0, B1)`` on ``cdiv(n, B0)`` blocks with the fast runner,
+launches ``kernel(ctx, x, out, n, m, B0, B1)`` on ``cdiv(n, B0)`` blocks with the compiled runner,
 and moves the dimension back. The backward (``aten::_softmax_backward_data``) stays the NPU's own.
 """
 

@@ -34,6 +34,8 @@ class Stats:
         shapes: per tensor, its shape.
         time_us: simulated time on the device's cost model.
         trace: every load and store, in order (a :class:`~npu_lab.puzzles.debug.Trace`; debug runs only).
+        mode: which runner ran it: ``"compiled"``, ``"python"`` (with the reason it was not compiled) or
+            ``"debug"``.
     """
 
     name: str = "kernel"
@@ -50,6 +52,7 @@ class Stats:
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     time_us: float = 0.0
     trace: object | None = None
+    mode: str = ""
 
     @property
     def bytes(self) -> int:
@@ -66,7 +69,8 @@ class Stats:
                      self.bytes_read + other.bytes_read, self.bytes_written + other.bytes_written,
                      self.flops + other.flops, max(self.scratchpad_peak, other.scratchpad_peak),
                      max(self.scratchpad_capacity, other.scratchpad_capacity), {}, {}, {},
-                     {**self.shapes, **other.shapes}, self.time_us + other.time_us)
+                     {**self.shapes, **other.shapes}, self.time_us + other.time_us,
+                     mode=self.mode if self.mode == other.mode else "mixed")
 
     def roofline(self) -> Roofline:
         """Where this run sits on the device's roofline."""
@@ -74,7 +78,8 @@ class Stats:
 
     def summary(self) -> str:
         """One paragraph: bytes, FLOPs, scratchpad, time and the roofline verdict."""
-        lines = [f"{self.name}: {self.launches} launch{'es' if self.launches != 1 else ''} on a grid {self.grid}",
+        how = f", {self.mode} runner" if self.mode in ("compiled", "debug") else (f", {self.mode}" if self.mode else "")
+        lines = [f"{self.name}: {self.launches} launch{'es' if self.launches != 1 else ''} on a grid {self.grid}{how}",
                  f"  device memory: {self.bytes_read:,} B read + {self.bytes_written:,} B written "
                  f"= {self.bytes:,} B",
                  f"  arithmetic:    {self.flops:,.0f} FLOPs",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -84,21 +85,45 @@ def timeline_text(stats: Stats, blocks: int = 3, per_block: int = 8) -> str:
     return "\n".join(lines)
 
 
-def _heatmap_svg(arr: np.ndarray, title: str, size: int = 180) -> str:
-    rows, cols = arr.shape
-    cell = max(1.0, min(size / max(rows, cols), 24.0))
-    w, h = cols * cell, rows * cell
+def _shrink(arr: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, int, int]:
+    """``arr`` cut into at most ``rows`` x ``cols`` cells, each the largest value in it; and the cell's size."""
+    ry, rx = max(1, math.ceil(arr.shape[0] / rows)), max(1, math.ceil(arr.shape[1] / cols))
+    h, w = math.ceil(arr.shape[0] / ry), math.ceil(arr.shape[1] / rx)
+    padded = np.zeros((h * ry, w * rx), arr.dtype)
+    padded[:arr.shape[0], :arr.shape[1]] = arr
+    return padded.reshape(h, ry, w, rx).max(axis=(1, 3)), ry, rx
+
+
+def _heatmap_svg(arr: np.ndarray, title: str, size: int = 150, max_cells: tuple[int, int] = (24, 48)) -> str:
+    """Reads per element as a small SVG: white never read, darker blue more often.
+
+    Large tensors are shrunk to at most ``max_cells`` cells (each showing the most-read element in
+    it), and a run of equal cells in a row is one rectangle, so the drawing stays a few KB.
+    """
+    cells, ry, rx = _shrink(arr, *max_cells)
+    rows, cols = cells.shape
+    cell = max(2, min(size // max(rows, cols), 12))  # whole pixels: no seams between rows
     top = max(1, int(arr.max()))
+    lo = int(arr[arr > 0].min()) if arr.any() else 1
     rects = []
     for r in range(rows):
-        for c in range(cols):
-            v = int(arr[r, c])
-            shade = 255 if v == 0 else int(230 - 180 * (v - 1) / max(1, top - 1)) if top > 1 else 180
-            colour = "#ffffff" if v == 0 else f"rgb({shade},{shade},255)"
-            rects.append(f'<rect x="{c * cell:.1f}" y="{r * cell:.1f}" width="{cell:.1f}" height="{cell:.1f}" '
-                         f'fill="{colour}"><title>[{r},{c}] read {v}x</title></rect>')
-    return (f'<div style="display:inline-block;margin:4px"><div>{html.escape(title)} (max {top}x)</div>'
-            f'<svg width="{w + 2:.0f}" height="{h + 2:.0f}" style="border:1px solid #999">{"".join(rects)}</svg></div>')
+        c = 0
+        while c < cols:
+            v = int(cells[r, c])
+            end = c
+            while end + 1 < cols and int(cells[r, end + 1]) == v:
+                end += 1
+            if v:
+                shade = int(220 - 170 * (v - lo) / (top - lo)) if top > lo else 140
+                rects.append(f'<rect x="{c * cell:.1f}" y="{r * cell:.1f}" width="{(end - c + 1) * cell:.1f}" '
+                             f'height="{cell:.1f}" fill="rgb({shade},{shade},255)"/>')
+            c = end + 1
+    scale = f"; 1 cell = {ry}x{rx} elements" if ry * rx > 1 else ""
+    what = f"every element read {top}x" if lo == top else f"read {lo}x (light) to {top}x (dark), white never"
+    return (f'<div style="display:inline-block;margin:4px;vertical-align:top;font-size:12px">'
+            f'<div><b>{html.escape(title)}</b>: {what}{scale}</div><svg width="{cols * cell + 2:.0f}" '
+            f'height="{rows * cell + 2:.0f}" shape-rendering="crispEdges" style="border:1px solid #999">'
+            f'{"".join(rects)}</svg></div>')
 
 
 def roofline_svg(stats: Stats, width: int = 320, height: int = 200) -> str:
@@ -123,12 +148,87 @@ def roofline_svg(stats: Stats, width: int = 320, height: int = 200) -> str:
             f'<text x="{px + 8:.1f}" y="{py + 4:.1f}" font-size="11">{html.escape(stats.name)}</text></svg>')
 
 
+_COLOURS = ("#d9480f", "#1971c2", "#2f9e44", "#ae3ec9", "#f08c00", "#495057")
+
+
+def roofline_many_svg(runs: Sequence[Stats], labels: Sequence[str] | None = None, width: int = 660,
+                      height: int = 240) -> str:
+    """Several runs on the device's roofline (log-log), one coloured dot each, named in a legend on the right."""
+    if not runs:
+        raise ValueError("roofline_many_svg needs at least one run")
+    labels = list(labels) if labels is not None else [s.name for s in runs]
+    plot_w = width - 280
+    r0 = runs[0].roofline()
+    finite = [s.intensity for s in runs if math.isfinite(s.intensity) and s.intensity > 0] or [r0.ridge]
+    lo_i = 2.0 ** math.floor(math.log2(min(min(finite), r0.ridge) / 2))
+    hi_i = 2.0 ** math.ceil(math.log2(max(max(finite), r0.ridge) * 4))
+    lo_p, hi_p = lo_i * r0.bandwidth_gbs / 2, r0.peak_gflops * 2
+
+    def xy(i: float, p: float) -> tuple[float, float]:
+        x = (math.log(i) - math.log(lo_i)) / (math.log(hi_i) - math.log(lo_i)) * (plot_w - 40) + 35
+        y = height - 30 - (math.log(p) - math.log(lo_p)) / (math.log(hi_p) - math.log(lo_p)) * (height - 45)
+        return x, y
+
+    pts = [xy(lo_i, lo_i * r0.bandwidth_gbs), xy(r0.ridge, r0.peak_gflops), xy(hi_i, r0.peak_gflops)]
+    parts = [f'<svg width="{width}" height="{height}" style="border:1px solid #ccc" font-size="11">',
+             f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in pts)}" fill="none" stroke="#333" '
+             'stroke-width="2"/>',
+             '<text x="40" y="14">GFLOP/s on the roof at each kernel\'s intensity (launch left out) '
+             'vs FLOP/byte, log-log</text>',
+             f'<text x="{pts[1][0] + 4:.1f}" y="{pts[1][1] + 16:.1f}">ridge {r0.ridge:.3g} FLOP/B</text>',
+             f'<text x="40" y="{height - 8}">memory-bound: left of the ridge; compute-bound: right of it</text>']
+    for k, (run, label) in enumerate(zip(runs, labels)):
+        r = run.roofline()
+        colour = _COLOURS[k % len(_COLOURS)]
+        px, py = xy(min(max(r.intensity, lo_i), hi_i), max(min(r.attained_gflops, hi_p), lo_p))
+        parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="5" fill="{colour}"/>')
+        ly = 34 + 18 * k
+        parts.append(f'<circle cx="{plot_w + 10}" cy="{ly - 4}" r="5" fill="{colour}"/>'
+                     f'<text x="{plot_w + 20}" y="{ly}">{html.escape(label)} ({r.intensity:.3g} FLOP/B)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def chip_svg(blocks: int = 4, scratchpad: int = 16 * 1024, width: int = 760, height: int = 210) -> str:
+    """The picture of the programming model: a grid of cores, each with a scratchpad, over device memory."""
+    from .model import _fmt_bytes
+
+    gap = 14
+    core_w = (width - 40 - gap * (blocks - 1)) / blocks
+    parts = [f'<svg width="{width}" height="{height}" font-size="12" style="border:1px solid #ccc">',
+             '<defs><marker id="arr" markerWidth="8" markerHeight="8" refX="6" refY="3" orient="auto">'
+             '<path d="M0,0 L6,3 L0,6 z" fill="#555"/></marker></defs>',
+             f'<text x="20" y="18">the chip: a grid of {blocks} blocks (cores), each runs the kernel with its own '
+             'ctx.program_id(0)</text>']
+    for b in range(blocks):
+        x = 20 + b * (core_w + gap)
+        parts.append(f'<rect x="{x:.1f}" y="28" width="{core_w:.1f}" height="86" rx="6" fill="#e7f5ff" '
+                     'stroke="#1971c2"/>'
+                     f'<text x="{x + 8:.1f}" y="46">block {b}: program_id = {b}</text>'
+                     f'<rect x="{x + 8:.1f}" y="56" width="{core_w - 16:.1f}" height="48" rx="4" fill="#fff4e6" '
+                     'stroke="#f08c00"/>'
+                     f'<text x="{x + 14:.1f}" y="76">scratchpad {_fmt_bytes(scratchpad)}</text>'
+                     f'<text x="{x + 14:.1f}" y="94" fill="#555">tiles live here</text>'
+                     f'<line x1="{x + core_w * 0.35:.1f}" y1="150" x2="{x + core_w * 0.35:.1f}" y2="108" '
+                     'stroke="#555" marker-end="url(#arr)"/>'
+                     f'<line x1="{x + core_w * 0.65:.1f}" y1="108" x2="{x + core_w * 0.65:.1f}" y2="150" '
+                     'stroke="#555" marker-end="url(#arr)"/>')
+    parts.append(f'<text x="{20 + core_w * 0.35 + 4:.1f}" y="132" fill="#555">load</text>'
+                 f'<text x="{20 + core_w * 0.65 + 4:.1f}" y="132" fill="#555">store</text>'
+                 f'<rect x="20" y="152" width="{width - 40}" height="40" rx="6" fill="#ebfbee" stroke="#2f9e44"/>'
+                 '<text x="32" y="176">device memory: the npu tensors (large, slow: every byte loaded or stored is '
+                 'counted and costs time)</text></svg>')
+    return "".join(parts)
+
+
 def stats_html(stats: Stats) -> str:
-    """The run's summary, its roofline and (debug runs) a reads-per-element map of each input."""
-    maps = "".join(_heatmap_svg(read_counts(stats, n), n) for n in stats.reads
-                   if np.asarray(stats.reads[n]).any() and np.asarray(stats.reads[n]).size <= 65536)
-    return (f"<pre>{html.escape(stats.summary())}</pre>{roofline_svg(stats)}"
-            + (f"<div>{maps}</div>" if maps else ""))
+    """The run's summary, its roofline and (debug runs) a reads-per-element map of each input and its first tiles."""
+    maps = "".join(_heatmap_svg(read_counts(stats, n), n) for n in stats.reads if np.asarray(stats.reads[n]).any())
+    steps = ""
+    if stats.trace is not None:
+        steps = (f"<details><summary>which tiles the first blocks loaded and stored, in order</summary>"
+                 f"<pre>{html.escape(timeline_text(stats, blocks=2, per_block=6))}</pre></details>")
+    return (f"<pre>{html.escape(stats.summary())}</pre><div>{roofline_svg(stats)}{maps}</div>{steps}")
 
 
 def first_block_text(stats: Stats, limit: int = 8) -> str:

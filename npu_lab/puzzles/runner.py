@@ -6,14 +6,17 @@ arguments become :class:`~npu_lab.puzzles.model.Buffer` objects over the tensors
 :class:`~npu_lab.puzzles.cost.Stats` and advances the device's simulated clock by the kernel's
 roofline time (the profiler sees the launch).
 
-How it runs: in Python, one block after the other, each tile operation one vectorised NumPy
-call on the whole tile. This is the "fast" mode (the blocks' Python overhead is a few microseconds
-per tile operation, so a puzzle runs in milliseconds). Compiling the learner's kernel with numba
-was tried as a design and left out: the ``ctx`` object and its counters would have to become a
-numba ``jitclass``, every kernel would take seconds to compile on first use, and a learner's
-mistake would surface as a numba typing error instead of a message about their tiles. The
-``debug=True`` mode (see :mod:`~npu_lab.puzzles.debug`) adds a trace of every access and runs the
-blocks in a shuffled order.
+Two runners, the same values and the same counts:
+
+* **compiled** (the default): :mod:`~npu_lab.puzzles.compiled` calls the kernel body *once* for the
+  whole grid, every tile carrying a leading block axis, so the body is traced into one straight-line
+  schedule of tile operations for all blocks; loads and stores are numba loops
+  (:mod:`~npu_lab.puzzles.jit`) over the tensors' device memory. A kernel whose control flow
+  depends on its block or its data falls back to the Python runner (``Stats.mode`` says so).
+* **Python** (``compiled=False``, and ``debug=True``): one block after the other, each tile
+  operation one NumPy call on that block's tile. ``debug=True`` adds a trace of every access and
+  runs the blocks in a shuffled order (see :mod:`~npu_lab.puzzles.debug`); its out-of-bounds and
+  scratchpad errors name the block, the tile position and the tensor coordinates.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import debug as _debug
+from .compiled import NotStraightLine, run_grid
 from .cost import Stats, kernel_us
 from .model import Block, Buffer, Context, TileError
 
@@ -87,7 +91,8 @@ def _array(name: str, value: Any) -> np.ndarray | None:
 
 
 def launch(kernel: Callable[..., None], grid: int | Sequence[int], *args: Any, scratchpad: int = DEFAULT_SCRATCHPAD,
-           debug: bool = False, name: str | None = None, seed: int = 0, account: bool = True) -> Stats:
+           debug: bool = False, name: str | None = None, seed: int = 0, account: bool = True,
+           compiled: bool = True) -> Stats:
     """Run ``kernel(ctx, *args)`` on every block of ``grid`` and return what it cost.
 
     Args:
@@ -99,6 +104,8 @@ def launch(kernel: Callable[..., None], grid: int | Sequence[int], *args: Any, s
         name: the kernel's name on the device's timeline (default: the function's name).
         seed: the seed of the shuffled block order (debug only).
         account: advance the device's simulated clock (and tell the profiler) when tensors are npu tensors.
+        compiled: without ``debug``, run the compiled runner (falling back to Python when the kernel's
+            control flow depends on its block or data); False runs the Python runner.
     """
     g = _grid(grid)
     name = name or getattr(kernel, "__name__", "kernel")
@@ -116,6 +123,18 @@ def launch(kernel: Callable[..., None], grid: int | Sequence[int], *args: Any, s
         else:
             on_device = on_device or not isinstance(value, np.ndarray)
             buffers.append(Buffer(arg_name, arr, track=debug))
+    mode = "debug" if debug else "python"
+    if compiled and not debug:
+        try:
+            moves, peak = run_grid(kernel, g, buffers, int(scratchpad), name)
+        except Exception as exc:  # noqa: BLE001 - any failure: the Python runner gives the real error
+            why = str(exc) if isinstance(exc, NotStraightLine) else type(exc).__name__
+            mode = f"python (not compiled: {why})"
+        else:
+            blocks = list(itertools.product(*(range(v) for v in g)))
+            stats = Stats(name, g, 1, moves.bytes_read, moves.bytes_written, moves.flops, peak if blocks else 0,
+                          int(scratchpad), dict.fromkeys(blocks, peak), mode="compiled")
+            return _finish(stats, buffers, debug, None, account and on_device)
     run = _Run(debug)
     pids = list(itertools.product(*(range(v) for v in g)))
     if debug and len(pids) > 1:
@@ -131,7 +150,12 @@ def launch(kernel: Callable[..., None], grid: int | Sequence[int], *args: Any, s
                                 "nothing")
             peaks[pid] = block.peak
     stats = Stats(name, g, 1, run.bytes_read, run.bytes_written, run.flops, max(peaks.values(), default=0),
-                  int(scratchpad), peaks)
+                  int(scratchpad), peaks, mode=mode)
+    return _finish(stats, buffers, debug, run.trace, account and on_device)
+
+
+def _finish(stats: Stats, buffers: list[Any], debug: bool, trace: Any, account: bool) -> Stats:
+    """Shapes, read/write counts, the simulated time; the device clock advanced when ``account``."""
     for b in buffers:
         if isinstance(b, Buffer):
             stats.shapes[b.name] = b.shape
@@ -139,11 +163,11 @@ def launch(kernel: Callable[..., None], grid: int | Sequence[int], *args: Any, s
                 stats.reads[b.name] = b.reads
                 stats.writes[b.name] = b.writes
     stats.time_us = kernel_us(stats.flops, stats.bytes)
-    stats.trace = run.trace
-    if account and on_device:
+    stats.trace = trace
+    if account:
         from ..device import clock
 
-        clock.launch(f"puzzle:{name}", stats.flops, stats.bytes_read, stats.bytes_written)
+        clock.launch(f"puzzle:{stats.name}", stats.flops, stats.bytes_read, stats.bytes_written)
     return stats
 
 

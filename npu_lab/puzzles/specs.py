@@ -1,8 +1,9 @@
 """The puzzles: what each kernel computes, on which shapes, and what it may cost.
 
 A :class:`Puzzle` gives the kernel's signature, its grid, the shapes it is checked on (public ones
-and hidden ones, ragged sizes included), a reference computed with PyTorch on the CPU, the
-scratchpad capacity of each block, and the *minimum device-memory bytes* for each shape: what a
+and hidden ones, ragged sizes included), a reference computed with NumPy in float64
+(:mod:`~npu_lab.puzzles.references`, never through PyTorch operators a notebook may have replaced),
+the scratchpad capacity of each block, and the *minimum device-memory bytes* for each shape: what a
 kernel on the puzzle's grid must at least move (every input element its blocks need read once
 per block that needs it, every output element written once). A solution passes when its values
 match the reference and it moves at most ``budget`` (1.2) times the minimum.
@@ -14,7 +15,6 @@ notebook's ``show`` use it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import references as R
 from .cost import Stats
 from .model import ITEMSIZE, cdiv, next_power_of_2
+from .references import reference
 from .runner import launch
 
 Shape = dict[str, int]
@@ -43,7 +45,7 @@ class Puzzle:
         tensor_shapes: shape -> {tensor name: tensor shape} for inputs and output.
         consts: tile sizes and other fixed arguments, from the shape (e.g. ``{"B": 32}``).
         grid: shape and consts -> the grid.
-        reference: the inputs (CPU tensors) and the shape -> the expected output (CPU).
+        reference: the inputs (CPU tensors) and the shape -> the expected output (CPU, float32), from NumPy.
         min_bytes: shape and consts -> the minimum device bytes on this grid.
         capacity: scratchpad bytes per block.
         shapes / hidden: the public and hidden shapes checked.
@@ -185,7 +187,7 @@ def _add(p: Puzzle) -> None:
 _add(Puzzle(
     "map", "Map: add 10 to every element", "map_kernel", ("x", "out", "n", "B"), ("x",), "out",
     lambda s: {"x": (s["n"],), "out": (s["n"],)}, lambda s: {"B": 32}, lambda e: (cdiv(e["n"], e["B"]),),
-    lambda x, **e: x + 10, lambda e: _fourbytes(2 * e["n"]), 1024,
+    reference(R.map_add_ten), lambda e: _fourbytes(2 * e["n"]), 1024,
     ({"n": 64}, {"n": 128}), ({"n": 96}, {"n": 256}),
     "out[i] = x[i] + 10. Block b handles elements b*B ... b*B+B-1 (n is a multiple of B here).",
     "offsets = ctx.program_id(0) * B + ctx.arange(B); load x there, add 10, store to out there",
@@ -194,7 +196,7 @@ _add(Puzzle(
 _add(Puzzle(
     "zip", "Zip: add two vectors", "zip_kernel", ("x", "y", "out", "n", "B"), ("x", "y"), "out",
     lambda s: {"x": (s["n"],), "y": (s["n"],), "out": (s["n"],)}, lambda s: {"B": 32},
-    lambda e: (cdiv(e["n"], e["B"]),), lambda x, y, **e: x + y, lambda e: _fourbytes(3 * e["n"]), 1024,
+    lambda e: (cdiv(e["n"], e["B"]),), reference(R.zip_add), lambda e: _fourbytes(3 * e["n"]), 1024,
     ({"n": 64}, {"n": 160}), ({"n": 32}, {"n": 224}),
     "out[i] = x[i] + y[i]; B elements per block (n is a multiple of B).",
     "load a tile of x and a tile of y at the same offsets and store their sum",
@@ -203,7 +205,7 @@ _add(Puzzle(
 _add(Puzzle(
     "outer", "Broadcast: an outer sum", "outer_kernel", ("x", "y", "out", "n", "m", "B0", "B1"), ("x", "y"), "out",
     lambda s: {"x": (s["n"],), "y": (s["m"],), "out": (s["n"], s["m"])}, lambda s: {"B0": 16, "B1": 16},
-    lambda e: (cdiv(e["n"], e["B0"]), cdiv(e["m"], e["B1"])), lambda x, y, **e: x[:, None] + y[None, :],
+    lambda e: (cdiv(e["n"], e["B0"]), cdiv(e["m"], e["B1"])), reference(R.outer_sum),
     lambda e: _fourbytes(e["n"] + e["m"] + e["n"] * e["m"]), 4096,
     ({"n": 32, "m": 64}, {"n": 64, "m": 48}), ({"n": 16, "m": 16}, {"n": 48, "m": 96}),
     "out[i, j] = x[i] + y[j] for an n x m out (row-major: element (i, j) at flat index i*m + j). Block "
@@ -215,7 +217,7 @@ _add(Puzzle(
 _add(Puzzle(
     "relu2d", "Guards: a 2-d ReLU on ragged sizes", "relu2d_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",),
     "out", lambda s: {"x": (s["n"], s["m"]), "out": (s["n"], s["m"])}, lambda s: {"B0": 16, "B1": 16},
-    lambda e: (cdiv(e["n"], e["B0"]), cdiv(e["m"], e["B1"])), lambda x, **e: torch.relu(x),
+    lambda e: (cdiv(e["n"], e["B0"]), cdiv(e["m"], e["B1"])), reference(R.relu),
     lambda e: _fourbytes(2 * e["n"] * e["m"]), 4096,
     ({"n": 50, "m": 37}, {"n": 7, "m": 100}), ({"n": 33, "m": 17}, {"n": 1, "m": 1}, {"n": 16, "m": 15}),
     "out = relu(x) for an n x m tensor whose sizes are *not* multiples of the B0 x B1 tile: the blocks at the "
@@ -227,7 +229,7 @@ _add(Puzzle(
 _add(Puzzle(
     "rowsum", "Reduction: the sum of each row", "rowsum_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",), "out",
     lambda s: {"x": (s["n"], s["m"]), "out": (s["n"],)}, lambda s: {"B0": 8, "B1": 32},
-    lambda e: (cdiv(e["n"], e["B0"]),), lambda x, **e: x.sum(1),
+    lambda e: (cdiv(e["n"], e["B0"]),), reference(R.row_sum),
     lambda e: _fourbytes(e["n"] * e["m"] + e["n"]), 4096,
     ({"n": 20, "m": 100}, {"n": 8, "m": 32}), ({"n": 13, "m": 257}, {"n": 1, "m": 5}),
     "out[i] = x[i, 0] + ... + x[i, m-1]. A block owns B0 rows; a row is longer than fits the scratchpad, so "
@@ -238,7 +240,7 @@ _add(Puzzle(
 _add(Puzzle(
     "cumsum", "Scan: the prefix sum of each row", "cumsum_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",), "out",
     lambda s: {"x": (s["n"], s["m"]), "out": (s["n"], s["m"])}, lambda s: {"B0": 4, "B1": 32},
-    lambda e: (cdiv(e["n"], e["B0"]),), lambda x, **e: x.cumsum(1),
+    lambda e: (cdiv(e["n"], e["B0"]),), reference(R.row_cumsum),
     lambda e: _fourbytes(2 * e["n"] * e["m"]), 2048,
     ({"n": 6, "m": 100}, {"n": 4, "m": 32}), ({"n": 9, "m": 257}, {"n": 1, "m": 3}),
     "out[i, j] = x[i, 0] + ... + x[i, j]. Rows are longer than a tile: carry each row's running total from one "
@@ -256,7 +258,7 @@ def _large_logits(s: Shape) -> dict[str, tuple[float, float]]:
 _add(Puzzle(
     "softmax", "Stable softmax in three passes", "softmax_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",), "out",
     lambda s: {"x": (s["n"], s["m"]), "out": (s["n"], s["m"])}, lambda s: {"B0": 4, "B1": 32},
-    lambda e: (cdiv(e["n"], e["B0"]),), lambda x, **e: torch.softmax(x, 1),
+    lambda e: (cdiv(e["n"], e["B0"]),), reference(R.softmax),
     lambda e: _fourbytes(4 * e["n"] * e["m"]), 2048,
     ({"n": 6, "m": 100}, {"n": 4, "m": 64}), _SOFTMAX_HIDDEN,
     "out[i, :] = softmax(x[i, :]) = exp(x - max) / sum(exp(x - max)), rows longer than a tile. Three passes "
@@ -270,7 +272,7 @@ _add(Puzzle(
 _add(Puzzle(
     "online_softmax", "Online softmax in two passes", "online_softmax_kernel", ("x", "out", "n", "m", "B0", "B1"),
     ("x",), "out", lambda s: {"x": (s["n"], s["m"]), "out": (s["n"], s["m"])}, lambda s: {"B0": 4, "B1": 32},
-    lambda e: (cdiv(e["n"], e["B0"]),), lambda x, **e: torch.softmax(x, 1),
+    lambda e: (cdiv(e["n"], e["B0"]),), reference(R.softmax),
     lambda e: _fourbytes(3 * e["n"] * e["m"]), 2048,
     ({"n": 6, "m": 100}, {"n": 4, "m": 64}), _SOFTMAX_HIDDEN,
     "The same softmax with one pass fewer: keep a running max *and* a running sum together; when a tile raises "
@@ -285,7 +287,7 @@ _add(Puzzle(
     ("x", "w", "b", "out", "n", "m", "eps", "R", "BM"), ("x", "w", "b"), "out",
     lambda s: {"x": (s["n"], s["m"]), "w": (s["m"],), "b": (s["m"],), "out": (s["n"], s["m"])},
     lambda s: {"eps": 1e-5, "R": 8, "BM": next_power_of_2(s["m"])}, lambda e: (cdiv(e["n"], e["R"]),),
-    lambda x, w, b, **e: torch.nn.functional.layer_norm(x, (e["m"],), w, b, e["eps"]),
+    reference(R.layer_norm),
     lambda e: _fourbytes(2 * e["n"] * e["m"] + 2 * e["m"]), 32 * 1024,
     ({"n": 16, "m": 64}, {"n": 40, "m": 100}), ({"n": 9, "m": 33}, {"n": 3, "m": 128}, {"n": 1, "m": 1}),
     "out[i, :] = (x[i, :] - mean) / sqrt(var + eps) * w + b, mean and (biased) variance over the row. A block "
@@ -300,7 +302,7 @@ _add(Puzzle(
     ("a", "b", "out", "M", "N", "K", "BM", "BN", "BK"), ("a", "b"), "out",
     lambda s: {"a": (s["M"], s["K"]), "b": (s["K"], s["N"]), "out": (s["M"], s["N"])},
     lambda s: {"BM": 16, "BN": 16, "BK": next_power_of_2(s["K"])},
-    lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])), lambda a, b, **e: a @ b, _mm_min, 8192,
+    lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])), reference(R.matmul), _mm_min, 8192,
     ({"M": 32, "N": 32, "K": 16}, {"M": 40, "N": 24, "K": 30}),
     ({"M": 17, "N": 33, "K": 7}, {"M": 1, "N": 5, "K": 3}),
     "out = a @ b, a (M, K), b (K, N). Block (p0, p1) computes the BM x BN tile of out from a BM x K strip of a and "
@@ -314,7 +316,7 @@ _add(Puzzle(
     ("a", "b", "out", "M", "N", "K", "BM", "BN", "BK"), ("a", "b"), "out",
     lambda s: {"a": (s["M"], s["K"]), "b": (s["K"], s["N"]), "out": (s["M"], s["N"])},
     lambda s: {"BM": 32, "BN": 32, "BK": 16},
-    lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])), lambda a, b, **e: a @ b, _mm_min, 24 * 1024,
+    lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])), reference(R.matmul), _mm_min, 24 * 1024,
     ({"M": 64, "N": 64, "K": 128}, {"M": 50, "N": 70, "K": 100}),
     ({"M": 33, "N": 31, "K": 257}, {"M": 8, "N": 8, "K": 8}),
     "out = a @ b with K too long for the strips to fit the scratchpad: keep a BM x BN accumulator and walk K "
@@ -328,7 +330,7 @@ _add(Puzzle(
     "conv1d", "1-d convolution with a halo", "conv1d_kernel", ("x", "w", "out", "n", "k", "B", "BK"), ("x", "w"),
     "out", lambda s: {"x": (s["n"],), "w": (s["k"],), "out": (s["n"] - s["k"] + 1,)},
     lambda s: {"B": 64, "BK": next_power_of_2(s["k"])}, lambda e: (cdiv(e["n"] - e["k"] + 1, e["B"]),),
-    lambda x, w, **e: torch.nn.functional.conv1d(x[None, None], w[None, None])[0, 0],
+    reference(R.conv1d_valid),
     lambda e: _fourbytes(e["n"] + e["k"] + e["n"] - e["k"] + 1), 2048,
     ({"n": 130, "k": 3}, {"n": 300, "k": 7}), ({"n": 67, "k": 5}, {"n": 5, "k": 5}, {"n": 200, "k": 1}),
     "out[i] = x[i] w[0] + x[i+1] w[1] + ... + x[i+k-1] w[k-1] for i < n - k + 1 ('valid' convolution, as "
@@ -343,7 +345,7 @@ _add(Puzzle(
     ("q", "k", "v", "out", "n", "m", "d", "BQ", "BKV", "BD"), ("q", "k", "v"), "out",
     lambda s: {"q": (s["n"], s["d"]), "k": (s["m"], s["d"]), "v": (s["m"], s["d"]), "out": (s["n"], s["d"])},
     lambda s: {"BQ": 16, "BKV": 16, "BD": next_power_of_2(s["d"])}, lambda e: (cdiv(e["n"], e["BQ"]),),
-    lambda q, k, v, **e: torch.softmax(q @ k.T / math.sqrt(e["d"]), 1) @ v,
+    reference(R.attention),
     lambda e: _fourbytes(2 * e["n"] * e["d"] + 2 * e["m"] * e["d"] * cdiv(e["n"], e["BQ"])), 24 * 1024,
     ({"n": 32, "m": 48, "d": 16}, {"n": 20, "m": 70, "d": 8}),
     ({"n": 5, "m": 130, "d": 32}, {"n": 1, "m": 1, "d": 4}, {"n": 40, "m": 33, "d": 16}, {"n": 3, "m": 400, "d": 8}),
@@ -360,7 +362,7 @@ _add(Puzzle(
     lambda s: {"a": (s["M"], s["K"]), "b": (s["K"], s["N"]), "bias": (s["N"],), "out": (s["M"], s["N"])},
     lambda s: {"BM": 32, "BN": 32, "BK": 16},
     lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])),
-    lambda a, b, bias, **e: torch.relu(a @ b + bias),
+    reference(R.linear_relu),
     lambda e: _mm_min(e) + _fourbytes(e["N"] * cdiv(e["M"], e["BM"])), 24 * 1024,
     ({"M": 64, "N": 64, "K": 32}, {"M": 50, "N": 40, "K": 20}),
     ({"M": 33, "N": 65, "K": 48}, {"M": 3, "N": 5, "K": 7}),

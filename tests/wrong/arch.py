@@ -1,5 +1,10 @@
 """Plausible wrong answers to the architecture exercises (chapter ``arch``)."""
 
+#: A SlopedSwish class around a forward and a backward body (the wrong answers differ in those).
+_FN = ("class SlopedSwish(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x, beta):\n"
+       "%s\n    @staticmethod\n    def backward(ctx, grad_out):\n%s")
+_FWD = "        s = torch.sigmoid(beta * x)\n        ctx.save_for_backward(x, beta, s)\n        return x * s\n"
+
 WRONG: dict[str, list[str]] = {
     "arch.view_geometry": [
         # asks PyTorch only when the index has a step slice (the rule: no tensor in any case)
@@ -89,5 +94,32 @@ WRONG: dict[str, list[str]] = {
         "    return y / y.sum(dim=1, keepdim=True)",
         # normalises over the wrong dimension
         "def softmax_rows(x):\n    y = x.exp()\n    return y / y.sum(dim=0, keepdim=True)",
+    ],
+    "arch.custom_function": [
+        # forgets the product rule: dL/dx = grad_out * s
+        _FN % (_FWD, "        x, beta, s = ctx.saved_tensors\n        ds = s * (1 - s)\n"
+                     "        return grad_out * s, (grad_out * x * x * ds).sum_to_size(beta.shape)"),
+        # returns the gradient of x only (beta "is a parameter"): one gradient per input is required
+        _FN % (_FWD, "        x, beta, s = ctx.saved_tensors\n        ds = s * (1 - s)\n"
+                     "        return grad_out * (s + x * beta * ds)"),
+        # the derivative written with exp: inf / inf = nan where beta * x is very negative
+        _FN % ("        ctx.save_for_backward(x, beta)\n        return x / (1 + torch.exp(-beta * x))\n",
+               "        x, beta = ctx.saved_tensors\n        e = torch.exp(-beta * x)\n"
+               "        s = 1 / (1 + e)\n        ds = e / (1 + e) ** 2\n"
+               "        return grad_out * (s + x * beta * ds), (grad_out * x * x * ds).sum_to_size(beta.shape)"),
+        # computes on the host with NumPy (values right, but bytes cross to the host and back)
+        _FN % ("        import numpy as np\n        xn, bn = x.detach().cpu().numpy(), beta.detach().cpu().numpy()\n"
+               "        s = torch.from_numpy(1 / (1 + np.exp(-bn * xn))).to(x.device)\n"
+               "        ctx.save_for_backward(x, beta, s)\n        return x * s\n",
+               "        x, beta, s = ctx.saved_tensors\n        ds = s * (1 - s)\n"
+               "        return grad_out * (s + x * beta * ds), (grad_out * x * x * ds).sum_to_size(beta.shape)"),
+        # backward ignores grad_out (right only when the loss is a plain sum)
+        _FN % (_FWD, "        x, beta, s = ctx.saved_tensors\n        ds = s * (1 - s)\n"
+                     "        return s + x * beta * ds, (x * x * ds).sum_to_size(beta.shape)"),
+        # no Function at all: autograd of the expression (no node of its own)
+        "class SlopedSwish(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x, beta):\n"
+        "        return x * torch.sigmoid(beta * x)\n    @staticmethod\n    def backward(ctx, g):\n"
+        "        raise RuntimeError('unused')\n"
+        "    @classmethod\n    def apply(cls, x, beta):\n        return x * torch.sigmoid(beta * x)",
     ],
 }

@@ -2,6 +2,13 @@
 
 _ALL = '{"torch.compile", "jit.trace", "jit.script", "fx", "export", "lazy"}'
 
+#: The decision tree around a ``branches()`` measurement (the wrong answers differ in how they measure).
+_TREE = ("    g = lambda k: req.get(k, False)\n    if g('deploy_without_python'):\n"
+         "        return 'torchscript' if g('legacy_torchscript_runtime') else 'torch.export'\n"
+         "    if g('whole_step_graphs'):\n        return 'lazy'\n    if g('custom_graph_pass'):\n"
+         "        return 'torch.compile' if branches() else 'torch.fx'\n"
+         "    return 'torch.compile' if g('needs_speedup') else 'eager'")
+
 WRONG: dict[str, list[str]] = {
     "ch0.who_captures": [
         # believes jit.trace records control flow
@@ -51,30 +58,41 @@ WRONG: dict[str, list[str]] = {
     ],
     "ch0.choose": [
         # speed first
-        "def choose(req):\n    if req.get('needs_speedup'):\n        return 'torch.compile'\n"
-        "    if req.get('deploy_without_python'):\n"
-        "        return 'torchscript' if req.get('legacy_torchscript_runtime') else 'torch.export'\n"
-        "    if req.get('whole_step_graphs'):\n        return 'lazy'\n"
-        "    if req.get('custom_graph_pass'):\n"
-        "        return 'torch.compile' if req.get('data_dependent_control_flow') else 'torch.fx'\n"
+        "def choose(req, fn, example_inputs):\n    g = lambda k: req.get(k, False)\n"
+        "    if g('needs_speedup'):\n        return 'torch.compile'\n"
+        "    if g('deploy_without_python'):\n"
+        "        return 'torchscript' if g('legacy_torchscript_runtime') else 'torch.export'\n"
+        "    if g('whole_step_graphs'):\n        return 'lazy'\n"
+        "    if g('custom_graph_pass'):\n        try:\n            torch.fx.symbolic_trace(fn)\n"
+        "        except Exception:\n            return 'torch.compile'\n        return 'torch.fx'\n"
         "    return 'eager'",
         # reads every key: a missing key raises KeyError
-        "def choose(req):\n    if req['deploy_without_python']:\n"
+        "def choose(req, fn, example_inputs):\n    if req['deploy_without_python']:\n"
         "        return 'torchscript' if req['legacy_torchscript_runtime'] else 'torch.export'\n"
         "    if req['whole_step_graphs']:\n        return 'lazy'\n    if req['custom_graph_pass']:\n"
-        "        return 'torch.compile' if req['data_dependent_control_flow'] else 'torch.fx'\n"
-        "    return 'torch.compile' if req['needs_speedup'] else 'eager'",
+        "        return 'torch.fx'\n    return 'torch.compile' if req['needs_speedup'] else 'eager'",
+        # a graph break counts as a branch on values (.item() breaks Dynamo's graph without any branch)
+        "def choose(req, fn, example_inputs):\n"
+        "    def branches():\n        torch._dynamo.reset()\n"
+        "        return torch._dynamo.explain(fn)(*example_inputs).graph_break_count > 0\n" + _TREE,
+        # reads the source text for `if`/`while` (a constant `if` is not data-dependent; a helper's is missed)
+        "import inspect as _inspect\n"
+        "def choose(req, fn, example_inputs):\n"
+        "    def branches():\n"
+        "        src = _inspect.getsource(fn.forward if isinstance(fn, torch.nn.Module) else fn)\n"
+        "        return ' if ' in src or 'while ' in src\n" + _TREE,
         # data-dependent control flow sends deployment to TorchScript
-        "def choose(req):\n    g = lambda k: req.get(k, False)\n    if g('deploy_without_python'):\n"
-        "        if g('legacy_torchscript_runtime') or g('data_dependent_control_flow'):\n"
-        "            return 'torchscript'\n        return 'torch.export'\n"
+        "def choose(req, fn, example_inputs):\n    g = lambda k: req.get(k, False)\n"
+        "    try:\n        torch.fx.symbolic_trace(fn)\n        branches = False\n"
+        "    except Exception:\n        branches = True\n"
+        "    if g('deploy_without_python'):\n"
+        "        return 'torchscript' if g('legacy_torchscript_runtime') or branches else 'torch.export'\n"
         "    if g('whole_step_graphs'):\n        return 'lazy'\n    if g('custom_graph_pass'):\n"
-        "        return 'torch.compile' if g('data_dependent_control_flow') else 'torch.fx'\n"
+        "        return 'torch.compile' if branches else 'torch.fx'\n"
         "    return 'torch.compile' if g('needs_speedup') else 'eager'",
-        # a custom pass always means torch.fx
-        "def choose(req):\n    g = lambda k: req.get(k, False)\n    if g('deploy_without_python'):\n"
-        "        return 'torchscript' if g('legacy_torchscript_runtime') else 'torch.export'\n"
-        "    if g('whole_step_graphs'):\n        return 'lazy'\n    if g('custom_graph_pass'):\n"
-        "        return 'torch.fx'\n    return 'torch.compile' if g('needs_speedup') else 'eager'",
+        # measures by running fn on the inputs (it runs whatever the values say: nothing is learned)
+        "def choose(req, fn, example_inputs):\n"
+        "    def branches():\n        try:\n            fn(*example_inputs)\n            return False\n"
+        "        except Exception:\n            return True\n" + _TREE,
     ],
 }

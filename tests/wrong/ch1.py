@@ -4,6 +4,24 @@ Each is run in the namespace of the executed solution notebook, which has import
 ``torch``, ``torch._dynamo``, ``nn``, ``npu_lab``, ``CompileCounter`` and ``explore_guards``.
 """
 
+#: The rewrite of ``silu_backend`` around a match condition and a clean-up (the wrong answers differ there).
+_SILU = ("import operator\nimport torch.nn.functional as F\n"
+         "def silu_backend(gm, example_inputs):\n    g = gm.graph\n"
+         "    def is_sig(n):\n        return isinstance(n, torch.fx.Node) and (\n"
+         "            (n.op == 'call_function' and n.target in (torch.sigmoid, F.sigmoid))\n"
+         "            or (n.op == 'call_method' and n.target == 'sigmoid'))\n"
+         "    for n in list(g.nodes):\n"
+         "        if not ((n.op == 'call_function' and n.target in %(muls)s)\n"
+         "                or (n.op == 'call_method' and n.target == 'mul')):\n            continue\n"
+         "        a, b = n.args[:2]\n        for s, o in %(orders)s:\n"
+         "            if is_sig(s)%(same)s:\n"
+         "                with g.inserting_before(n):\n"
+         "                    new = g.call_function(F.silu, (s.args[0],))\n"
+         "                n.replace_all_uses_with(new)\n                g.erase_node(n)\n%(cleanup)s"
+         "                break\n    g.eliminate_dead_code()\n    gm.recompile()\n    return gm.forward")
+_OK = {"muls": "(operator.mul, torch.mul)", "orders": "((a, b), (b, a))", "same": " and s.args[0] is o",
+       "cleanup": ""}
+
 WRONG: dict[str, list[str]] = {
     "ch1.count_graphs": [
         # never resets Dynamo: graphs and "this dimension changed" from earlier compiles leak into the counts
@@ -35,6 +53,22 @@ WRONG: dict[str, list[str]] = {
         "    return run",
         # no recompiles because nothing is compiled: fn itself runs
         "def compile_for_any_batch(fn, backend):\n    return fn",
+        # the chapter's answer for sizes >= 2: dynamic from the first call, but 1 is still specialised
+        "def compile_for_any_batch(fn, backend):\n    return torch.compile(fn, backend=backend, dynamic=True)",
+        # mark_dynamic on every input: a batch of 1 still gets a graph of its own (or raises when it comes first)
+        "def compile_for_any_batch(fn, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    def run(*xs):\n        for x in xs:\n            torch._dynamo.mark_dynamic(x, 0)\n"
+        "        return compiled(*xs)\n    return run",
+        # unbacked only on the first input: the second input's batch dimension still specialises
+        "def compile_for_any_batch(fn, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    def run(x, *rest):\n        torch._dynamo.decorators.mark_unbacked(x, 0)\n"
+        "        return compiled(x, *rest)\n    return run",
+        # pads a batch of 1 to 2 rows and keeps row 0: right for row-wise functions, wrong when fn mixes rows
+        # (softmax + x.mean(0)), and the size-2 graph is still a second graph next to the dynamic one
+        "def compile_for_any_batch(fn, backend):\n    compiled = torch.compile(fn, backend=backend, dynamic=True)\n"
+        "    def run(*xs):\n        if xs[0].shape[0] == 1:\n"
+        "            return compiled(*[torch.cat([x, torch.zeros_like(x)]) for x in xs])[:1]\n"
+        "        return compiled(*xs)\n    return run",
     ],
     "ch1.decayed_step": [
         # the original: a global Python counter, guarded by value, recompiles every call (then runs eagerly)
@@ -56,5 +90,24 @@ WRONG: dict[str, list[str]] = {
         "def make_decayed_step(backend):\n    count = torch.zeros(())\n    @torch.compile(backend=backend)\n"
         "    def step(w, grad):\n        out = w - (0.5 / count) * grad\n        count.add_(1)\n        return out\n"
         "    return step",
+    ],
+    "ch1.silu_backend": [
+        # any product with a sigmoid becomes silu, whatever the sigmoid was taken of
+        _SILU % {**_OK, "same": ""},
+        # only x * sigmoid(x): sigmoid(x) * x is missed
+        _SILU % {**_OK, "orders": "((b, a),)"},
+        # only operator.mul: torch.mul(y, F.sigmoid(y)) is missed
+        _SILU % {**_OK, "muls": "(operator.mul,)"},
+        # erases the sigmoid too, although another node still uses it
+        _SILU % {**_OK, "cleanup": "                if s.users == {}:\n                    pass\n"
+                                   "                s.replace_all_uses_with(new)\n                g.erase_node(s)\n"},
+        # a backend that counts, but never rewrites
+        "def silu_backend(gm, example_inputs):\n    return gm.forward",
+        # rewrites right, then runs the graph on CPU copies of its inputs (values right, bytes cross)
+        (_SILU % _OK).replace("    return gm.forward",
+                              "    def run(*args):\n        cpu = gm.cpu()\n"
+                              "        out = cpu.forward(*[a.cpu() for a in args])\n"
+                              "        gm.to('npu')\n"
+                              "        return type(out)(o.to('npu') for o in out)\n    return run"),
     ],
 }

@@ -5,6 +5,28 @@ Each is run in the namespace of the executed solution notebook, which has import
 ``ScreenCond`` (the solutions' helper classes).
 """
 
+#: A fuse_linear pass around its match conditions (the wrong answers differ there).
+_FUSE = ("def fuse_linear(module):\n    def fuse(graph):\n"
+         "        for mm in graph.findAllNodes('aten::matmul'):\n"
+         "            x, wt = mm.inputsAt(0), mm.inputsAt(1)\n"
+         "%(t_check)s"
+         "            for use in mm.output().uses():\n                add = use.user\n"
+         "                if add.kind() != 'aten::add'%(order)s:\n                    continue\n"
+         "%(alpha)s"
+         "                other = add.inputsAt(1) if use.offset == 0 else add.inputsAt(0)\n"
+         "                w = wt.node().inputsAt(0) if wt.node().kind() == 'aten::t' else wt\n"
+         "                lin = graph.create('aten::linear', [x, w, other])\n"
+         "                lin.insertBefore(add)\n                lin.output().setType(add.output().type())\n"
+         "                add.output().replaceAllUsesWith(lin.output())\n"
+         "%(dce)s"
+         "    for sub in %(subs)s:\n        if hasattr(sub, 'graph'):\n            fuse(sub.graph)\n"
+         "    return module")
+_FUSE_OK = {"t_check": "            if wt.node().kind() != 'aten::t':\n                continue\n", "order": "",
+            "alpha": "                a = add.inputsAt(2).node()\n"
+                     "                if a.kind() != 'prim::Constant' or a.output().toIValue() != 1:\n"
+                     "                    continue\n",
+            "dce": "        torch._C._jit_pass_dce(graph)\n", "subs": "module.modules()"}
+
 WRONG: dict[str, list[str]] = {
     "ch2.graph_ops": [
         # only the top level: the nodes inside prim::If / prim::Loop blocks are missed
@@ -88,5 +110,19 @@ WRONG: dict[str, list[str]] = {
         "        return self.head(torch.where(h.abs().mean() > self.threshold, damped, h * 2))\n"
         "def export_screen(model, example):\n    cpu = Where(copy.deepcopy(model).cpu()).eval()\n"
         "    return torch.export.export(cpu, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
+    ],
+    "ch2.fuse_linear": [
+        # ignores alpha: torch.add(y, b, alpha=2) becomes linear (the bias counted once)
+        _FUSE % {**_FUSE_OK, "alpha": ""},
+        # fuses any matmul + add, transpose or not
+        _FUSE % {**_FUSE_OK, "t_check": ""},
+        # only the matmul on the left of the add
+        _FUSE % {**_FUSE_OK, "order": " or use.offset != 0"},
+        # only the module's own forward: the submodules' graphs keep their matmuls
+        _FUSE % {**_FUSE_OK, "subs": "[module]"},
+        # leaves the replaced nodes in the graph (no dead code elimination)
+        _FUSE % {**_FUSE_OK, "dce": ""},
+        # rewrites a copy (torch.jit.script of a fresh module is not possible): returns the original untouched
+        "def fuse_linear(module):\n    import copy\n    fused = copy.deepcopy(module)\n    return module",
     ],
 }

@@ -99,4 +99,44 @@ WRONG: dict[str, list[str]] = {
         "    with torch.no_grad():\n        for p in model.parameters():\n            p.sub_(lr * p.grad)\n"
         "    return loss\n",
     ],
+    "ch4.step_closures": [
+        # reads the values in add(): each read is a sync point, a second graph in the step
+        "class StepClosures:\n    def __init__(self):\n        self.ready = []\n"
+        "    def add(self, fn, *tensors):\n        self.ready.append((fn, [t.cpu() for t in tensors]))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, values in self.ready:\n            fn(*values)\n        self.ready = []",
+        # hands the lazy tensors themselves to the closures
+        "class StepClosures:\n    def __init__(self):\n        self.pending = []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, tensors in self.pending:\n            fn(*tensors)\n        self.pending = []",
+        # never forgets: every closure runs again at every later mark_step
+        "class StepClosures:\n    def __init__(self):\n        self.pending = []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, tensors in self.pending:\n            fn(*[t.cpu() for t in tensors])",
+        # last in, first out
+        "class StepClosures:\n    def __init__(self):\n        self.pending = []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        while self.pending:\n            fn, tensors = self.pending.pop()\n"
+        "            fn(*[t.cpu() for t in tensors])",
+        # passes only the first tensor
+        "class StepClosures:\n    def __init__(self):\n        self.pending = []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors[0]))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, t in self.pending:\n            fn(t.cpu())\n        self.pending = []",
+        # Python numbers instead of CPU tensors
+        "class StepClosures:\n    def __init__(self):\n        self.pending = []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, tensors in self.pending:\n            fn(*[t.item() for t in tensors])\n"
+        "        self.pending = []",
+        # runs the closures at the *next* mark_step (one step late)
+        "class StepClosures:\n    def __init__(self):\n        self.pending, self.last = [], []\n"
+        "    def add(self, fn, *tensors):\n        self.pending.append((fn, tensors))\n"
+        "    def mark_step(self):\n        lazy.mark_step()\n"
+        "        for fn, tensors in self.last:\n            fn(*[t.cpu() for t in tensors])\n"
+        "        self.last, self.pending = self.pending, []",
+    ],
 }

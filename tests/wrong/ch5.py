@@ -89,8 +89,41 @@ WRONG: dict[str, list[str]] = {
         "                    torch._dynamo.mark_dynamic(a, d)\n                args.append(a)\n"
         "            else:\n                args.append(torch.tensor(a))\n        outs.append(compiled(*args))\n"
         "    return outs",
+        # finds the changing dimensions from the first two requests only: a dimension that changes later is missed
+        "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    a0, a1 = requests[0], requests[min(1, len(requests) - 1)]\n"
+        "    changing = {i: [d for d in range(t.dim()) if a1[i].shape[d] != t.shape[d]]\n"
+        "                for i, t in enumerate(a0) if isinstance(t, torch.Tensor)}\n"
+        "    outs = []\n    for r in requests:\n        args = []\n        for i, a in enumerate(r):\n"
+        "            if isinstance(a, torch.Tensor):\n                for d in changing[i]:\n"
+        "                    torch._dynamo.mark_dynamic(a, d)\n            else:\n                a = torch.tensor(a)\n"
+        "            args.append(a)\n        outs.append(compiled(*args))\n    return outs",
+        # the batch dimension (0) of every tensor input and numbers as tensors: seq, and w's fixed rows, differ
+        "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    outs = []\n    for r in requests:\n        args = []\n        for a in r:\n"
+        "            if isinstance(a, torch.Tensor):\n                if a.shape[0] != 8:\n"
+        "                    torch._dynamo.mark_dynamic(a, 0)\n            else:\n                a = torch.tensor(a)\n"
+        "            args.append(a)\n        outs.append(compiled(*args))\n    return outs",
         # compiles the first request only and runs the rest eagerly
         "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
         "    return [compiled(*requests[0])] + [fn(*r) for r in requests[1:]]",
+    ],
+    "ch5.lean_guards": [
+        # PyTorch's own filter for nn modules: drops the training flag and attributes too
+        "lean_guards = torch.compiler.skip_guard_on_all_nn_modules_unsafe",
+        # drops every tensor guard (the inputs' dtype and shape too)
+        "def lean_guards(entries):\n    return [e.guard_type != 'TENSOR_MATCH' for e in entries]",
+        # drops every guard on the module (its name starts with fn._modules or fn.)
+        "def lean_guards(entries):\n    return [not e.name.startswith('fn.') for e in entries]",
+        # drops the parameters' guards but keeps the buffers'
+        "def lean_guards(entries):\n"
+        "    return [not (e.guard_type == 'TENSOR_MATCH' and '._parameters[' in e.name) for e in entries]",
+        # drops every guard on parameters and buffers, of any type (the containers' type checks too)
+        "def lean_guards(entries):\n"
+        "    return [not ('_parameters' in e.name or '_buffers' in e.name) for e in entries]",
+        # drops the globals too ("they never change")
+        "def lean_guards(entries):\n    weights = ('._parameters[', '._buffers[')\n"
+        "    return [not e.is_global and not (e.guard_type == 'TENSOR_MATCH' and any(w in e.name for w in weights))\n"
+        "            for e in entries]",
     ],
 }

@@ -59,6 +59,36 @@ WRONG: dict[str, list[str]] = {
         "    lib = torch.library.Library('aten', 'IMPL')\n"
         "    lib.impl('hardsigmoid', hardswish_npu, 'PrivateUse1')\n"
         "    return lib",
+        # a right kernel, registered for the CPU as well "to compare with"
+        "def register_hardswish():\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', hardswish_npu, 'PrivateUse1')\n"
+        "    lib.impl('hardswish', lambda self: self * (self + 3).clamp(0, 6) / 6, 'CPU')\n"
+        "    return lib",
+        # 'saves memory' by writing the result into its input and returning it
+        "def register_hardswish():\n"
+        "    def kernel(self):\n"
+        "        if not self.is_contiguous():\n"
+        "            return hardswish_npu(self)\n"
+        "        hardswish_loop(npu_lab.device_array(self).reshape(-1), npu_lab.device_array(self).reshape(-1))\n"
+        "        return self\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', kernel, 'PrivateUse1')\n"
+        "    return lib",
+        # clips only below: x * max(x + 3, 0) / 6 (wrong for x > 3)
+        "@numba.njit\n"
+        "def _loop_low(x, out):\n"
+        "    for i in range(x.size):\n"
+        "        out[i] = x[i] * max(x[i] + 3.0, 0.0) / 6.0\n"
+        "def register_hardswish():\n"
+        "    def kernel(self):\n"
+        "        src = self.contiguous()\n"
+        "        out = torch.empty_like(src)\n"
+        "        _loop_low(npu_lab.device_array(src).reshape(-1), npu_lab.device_array(out).reshape(-1))\n"
+        "        return out\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', kernel, 'PrivateUse1')\n"
+        "    return lib",
     ],
     "ch7.custom_op": [
         # no autograd formula
@@ -89,5 +119,99 @@ WRONG: dict[str, list[str]] = {
         "    return F.silu(a) * b\n"
         "swiglu.register_fake(lambda a, b: a.new_empty(a.shape[:-1]))\n"
         "swiglu.register_autograd(swiglu_backward, setup_context=swiglu_setup)",
+        # d/db forgets the upstream gradient
+        "@torch.library.custom_op('ch7wrong_e::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.silu(a) * b\n"
+        "swiglu.register_fake(lambda a, b: torch.empty_like(a))\n"
+        "def _backward_e(ctx, grad):\n"
+        "    a, b = ctx.saved_tensors\n"
+        "    s = torch.sigmoid(a)\n"
+        "    return grad * b * s * (1 + a * (1 - s)), a * s\n"
+        "swiglu.register_autograd(_backward_e, setup_context=swiglu_setup)",
+        # a plain Python function, not a custom operator (torch.compile traces into it)
+        "def swiglu(a, b):\n"
+        "    return F.silu(a) * b",
     ],
 }
+
+_COPIES = "COPIES = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)\n"
+
+WRONG["ch7.dispatch_mode"] = [
+    # a TorchFunctionMode: sees torch functions above autograd, not ATen calls (no backward, no decompositions)
+    "from torch.overrides import TorchFunctionMode\n"
+    "class StepLog(TorchFunctionMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+    "        self.ops.append(getattr(func, '__name__', str(func)))\n"
+    "        return func(*args, **(kwargs or {}))",
+    # the list is a class attribute: every log shares it (and it keeps growing)
+    _COPIES +
+    "class StepLog(TorchDispatchMode):\n"
+    "    ops = []\n"
+    "    copied = 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n"
+    "        if func in COPIES:\n"
+    "            src = args[1] if func is torch.ops.aten.copy_.default else args[0]\n"
+    "            if src.device.type != out.device.type:\n"
+    "                self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+    # counts every copy, also those within one device
+    _COPIES +
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n"
+    "        if func in COPIES:\n"
+    "            self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+    # counts elements, not bytes
+    _COPIES +
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n"
+    "        if func in COPIES:\n"
+    "            src = args[1] if func is torch.ops.aten.copy_.default else args[0]\n"
+    "            if src.device.type != out.device.type:\n"
+    "                self.copied += out.numel()\n"
+    "        return out",
+    # logs the op packet's name, without the overload ('aten::add' for 'aten::add_.Tensor')
+    _COPIES +
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func._schema.name)\n"
+    "        if func in COPIES:\n"
+    "            src = args[1] if func is torch.ops.aten.copy_.default else args[0]\n"
+    "            if src.device.type != out.device.type:\n"
+    "                self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+    # counts copies by the operator's name only (aten::_to_copy, aten::copy_): misses aten::to in inference mode
+    _COPIES +
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n"
+    "        if func in COPIES:\n"
+    "            src = args[1] if func is torch.ops.aten.copy_.default else args[0]\n"
+    "            if src.device.type != out.device.type:\n"
+    "                self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+]

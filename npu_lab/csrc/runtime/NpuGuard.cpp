@@ -5,6 +5,10 @@
 // forwards to the driver.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <array>
+#include <map>
+#include <mutex>
+
 #include "NpuException.h"
 
 namespace npu::runtime {
@@ -22,6 +26,16 @@ int current_device() {
   npuGetDevice(&d);
   return d;
 }
+
+// Like CUDA's stream pool: a fixed set of streams per device, handed out round robin, so code that
+// asks for a pool stream on every step (DDP comm hooks, torch.Stream()) does not pile up streams.
+constexpr size_t kPoolSize = 8;
+
+struct StreamPool {
+  std::array<npuStream_t, kPoolSize> streams{};
+  size_t made = 0;
+  size_t next = 0;
+};
 
 // torch.Stream(device="npu") asks for a stream on "npu" without an index: the current device.
 c10::Device concrete(c10::Device d) {
@@ -81,8 +95,17 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*isHighPriority*/) const override {
-    // Simulated streams cost nothing, so every request gets a fresh one.
-    return getNewStream(d, 0);
+    d = concrete(d);
+    static std::mutex mutex;
+    static std::map<int, StreamPool> pools;
+    std::lock_guard<std::mutex> lock(mutex);
+    StreamPool& pool = pools[d.index()];
+    size_t slot = pool.next++ % kPoolSize;
+    if (slot >= pool.made) {  // the pool fills lazily, one new stream per first use of a slot
+      NPU_CHECK(npuStreamCreate(&pool.streams[slot], d.index()));
+      pool.made = slot + 1;
+    }
+    return c10::Stream(c10::Stream::UNSAFE, d, pool.streams[slot]);
   }
 
   c10::Stream exchangeStream(c10::Stream s) const override {
