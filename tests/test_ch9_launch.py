@@ -112,3 +112,23 @@ def test_ring_states_end_with_every_chunk_summed_everywhere(world: int) -> None:
     for r in range(world):  # after the reduce-scatter, rank r owns chunk (r + 1) % N in full
         assert after_rs[r][(r + 1) % world] == frozenset(range(world))
     assert all(c == frozenset(range(world)) for row in states[-1][1] for c in row)
+
+
+def test_rank_threads_that_outlive_their_time_are_stopped() -> None:
+    """An answer looping forever in a rank thread (even inside ``except Exception``) is stopped when the
+    check gives up: no rank thread keeps running (and burning a core) after run_ranks returns."""
+    import threading
+    import time
+
+    def spin(rank, group):
+        while True:
+            try:
+                while True:
+                    pass
+            except Exception:  # noqa: BLE001, S110 - what a careless answer does
+                pass
+
+    with pytest.raises(TimeoutError, match="did not finish"):
+        ch9.run_ranks(2, spin, timeout=0.5)
+    time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name.startswith("rank") and t.is_alive()]
