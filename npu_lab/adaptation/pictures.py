@@ -138,7 +138,8 @@ def three_ways_svg() -> Svg:
     body.append(_arrow(795, 206, 795, 214))
     body.append(_arrow(475, 276, 475, 350))  # launch plans call the kernels, past the dispatcher
     body.append(_arrow(795, 276, 795, 300))
-    body.append(_text(480, 293, "kernels, called directly (past the dispatcher)", 10, "start", "normal", _WAY_STROKES[2]))
+    body.append(_text(480, 293, "kernels, called directly (past the dispatcher)", 10, "start", "normal",
+                      _WAY_STROKES[2]))
     body.append(_text(800, 293, "ATen calls (mm, conv)", 10, "start", "normal", _WAY_STROKES[3]))
     return _svg(w, h, body)
 

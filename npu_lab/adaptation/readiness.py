@@ -149,5 +149,6 @@ def readiness(model: torch.nn.Module, *inputs: torch.Tensor, compile: bool = Tru
     report.wall_ratio_vs_cpu = npu_t / cpu_t
     report.items.append(Item("performance measured against the CPU", OK,
                              f"eager step {npu_t * 1e3:.2f} ms on npu vs {cpu_t * 1e3:.2f} ms on the CPU "
-                             f"(npu takes {report.wall_ratio_vs_cpu:.2f}x the CPU's time; the simulated chip runs on this host)"))
+                             f"(npu takes {report.wall_ratio_vs_cpu:.2f}x the CPU's time; "
+                             "the simulated chip runs on this host)"))
     return report

@@ -1,13 +1,17 @@
 """Chapter 0: comparing the capture technologies and choosing one.
 
-Three exercises:
+Four exercises:
 
 * ``ch0.who_captures`` - say which technologies capture each of six small functions whole and
   correctly; the check measures the truth by running all six technologies on every function;
 * ``ch0.export_branches`` - rewrite two functions with data-dependent Python control flow so that
   ``torch.export`` accepts them (``torch.where`` / ``torch.cond``);
 * ``ch0.choose`` - the chapter's decision tree as a function; whether the model branches on tensor
-  values is not given but measured by capturing the function (public and hidden cases).
+  values is not given but measured by capturing the function (public and hidden cases);
+* ``ch0.onnx_deploy`` - build the deployment path: ``deploy(model, example_inputs)`` exports with
+  ``torch.onnx.export(..., dynamo=True)`` and a symbolic batch dimension and returns a function that runs
+  the file with ONNX Runtime; graded on models the learner has not seen (dropout, ``torch.cond``, two
+  inputs), on other batch sizes, with the PyTorch model made uncallable after ``deploy`` returns.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import logging
 import types
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
+from ..grading import values
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
@@ -34,6 +40,8 @@ chapter("ch0", "Comparing and choosing a technology", [
     "torch.where and torch.cond put a data-dependent decision inside the graph",
     "Capturing a graph does not make it faster; a compiler (fusion) does",
     "Pick the technology from the constraints: deployment first, then the device runtime, then passes, then speed",
+    "torch.onnx.export(dynamo=True) is torch.export plus a translation to ONNX operators (torch.cond becomes If); "
+    "ONNX Runtime runs the file without PyTorch, for any batch size if the batch dimension was exported symbolic",
 ])
 
 #: The technologies, in the order the chapter presents them.
@@ -521,3 +529,245 @@ def _choose(t: Tester, choose) -> None:
 
         t.case(f"choose({req}, {name}, (x,))", _choose_call, choose, req, name, expected=expected, hidden=hidden,
                hint=hint, check=check)
+
+
+# ---------------------------------------------------------------------------------------------
+# ch0.onnx_deploy: build the deployment path, torch.onnx.export -> ONNX Runtime
+# ---------------------------------------------------------------------------------------------
+
+class DeployMLP(torch.nn.Module):
+    """The public model: an MLP with dropout (active in training mode, gone in deployment)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5),
+                                       torch.nn.Linear(16, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class CondGate(torch.nn.Module):
+    """A data-dependent branch written with ``torch.cond``: ONNX export turns it into an ``If`` node."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return torch.cond(x.mean() > 0, lambda h: h.relu() * 2, lambda h: h.tanh() - 1, (h,))
+
+
+class TwoInputs(torch.nn.Module):
+    """Two inputs with the same batch dimension: features and a gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) * torch.sigmoid(gate)
+
+
+def _mlp_inputs(batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+    return (randn(batch, 6, seed=seed),)
+
+
+def _gate_inputs(batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """Odd seeds: a positive mean (the first branch); even seeds: a negative one."""
+    return (randn(batch, 4, seed=seed).abs() * (1 if seed % 2 else -1),)
+
+
+def _two_inputs(batch: int, seed: int) -> tuple[torch.Tensor, ...]:
+    return randn(batch, 5, seed=seed), randn(batch, 3, seed=seed + 1000)
+
+
+#: (description, model class, inputs(batch, seed), export batch, hidden)
+DEPLOY_MODELS = [
+    ("MLP with dropout", DeployMLP, _mlp_inputs, 5, False),
+    ("torch.cond gate", CondGate, _gate_inputs, 4, True),
+    ("two inputs", TwoInputs, _two_inputs, 2, True),
+]
+#: The batch sizes the deployed function is run on (none is the export's).
+DEPLOY_BATCHES = (1, 3, 17)
+
+
+def _forbidden_forward(*args, **kwargs):
+    raise RuntimeError("the PyTorch model was called after deploy returned: the function deploy returns must run "
+                       "the ONNX model with ONNX Runtime, not the PyTorch model")
+
+
+class _OrtSpy:
+    """Records the models ONNX Runtime sessions are created from and counts ``InferenceSession.run`` calls."""
+
+    def __init__(self) -> None:
+        self.models: list[Any] = []
+        self.runs = 0
+
+    @contextlib.contextmanager
+    def watching(self):
+        import onnxruntime
+
+        cls = onnxruntime.InferenceSession
+        init, run = cls.__init__, cls.run
+        spy = self
+
+        def spy_init(session, path_or_bytes, *args, **kwargs):
+            spy.models.append(path_or_bytes)
+            return init(session, path_or_bytes, *args, **kwargs)
+
+        def spy_run(session, *args, **kwargs):
+            spy.runs += 1
+            return run(session, *args, **kwargs)
+
+        cls.__init__, cls.run = spy_init, spy_run
+        try:
+            yield self
+        finally:
+            cls.__init__, cls.run = init, run
+
+    def last_graph(self) -> Any:
+        """The ``onnx.GraphProto`` of the last session created, or None."""
+        import onnx
+
+        for source in reversed(self.models):
+            try:
+                if isinstance(source, (bytes, bytearray)):
+                    return onnx.load_from_string(bytes(source)).graph
+                return onnx.load(str(source), load_external_data=False).graph
+            except Exception:  # noqa: BLE001 - not a model onnx can read: try the one before
+                continue
+        return None
+
+
+def _ops(graph: Any) -> set[str]:
+    """The operator types of an ONNX graph, with its sub-graphs (the branches of If, Loop bodies)."""
+    found = set()
+    for node in graph.node:
+        found.add(node.op_type)
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                found |= _ops(attr.g)
+    return found
+
+
+def _symbolic_batch(graph: Any) -> tuple[bool, str]:
+    """Whether dimension 0 of every graph input is symbolic; the inputs' shapes as text."""
+    shapes, ok = [], True
+    for value in graph.input:
+        dims = value.type.tensor_type.shape.dim
+        shapes.append(f"{value.name}[" + ", ".join(d.dim_param or str(d.dim_value) for d in dims) + "]")
+        ok = ok and bool(dims) and bool(dims[0].dim_param)
+    return ok and bool(shapes), ", ".join(shapes)
+
+
+def _deployed_output(value: Any, want: torch.Tensor, device: str) -> tuple[bool, str]:
+    """A plain tensor on ``device``, equal to the eager output."""
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        return False, "a one-element list: return the output tensor itself (session.run gives a list of outputs)"
+    if not values.is_plain_tensor(value):
+        return False, "not a torch.Tensor"
+    if value.device.type != device:
+        return False, f"on {value.device.type!r}, the input was on {device!r}"
+    if tuple(value.shape) != tuple(want.shape):
+        return False, f"shape {tuple(value.shape)}, expected {tuple(want.shape)}"
+    return values.tensors_close(value, want, rtol=1e-4, atol=1e-5), ""
+
+
+def _deploy_hint(desc: str) -> str:
+    if desc == "torch.cond gate":
+        return ("the model branches with torch.cond: torch.onnx.export(..., dynamo=True) turns it into an ONNX If "
+                "node with both branches as sub-graphs; both branches must see the symbolic batch size")
+    if desc == "two inputs":
+        return ("the model takes two inputs: export with the whole tuple of examples, give each input its own "
+                "{0: batch} in dynamic_shapes (the same Dim), and feed every session input by name")
+    return ("export an eval-mode copy (copy.deepcopy(model).eval(): dropout is off in deployment) with "
+            "dynamic_shapes={0: torch.export.Dim('batch')} per input; the function feeds NumPy arrays from "
+            "x.detach().cpu().numpy() to session.run and turns the outputs back into tensors on x.device")
+
+
+def _model_state(model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], bool]:
+    """A copy of the caller's model's parameters and buffers, and its training flag (of every submodule)."""
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    return state, all(m.training for m in model.modules())
+
+
+def _same_state(a: tuple, b: tuple) -> bool:
+    if a[1] != b[1] or set(a[0]) != set(b[0]):
+        return False
+    return all(values.tensors_close(a[0][k], b[0][k], rtol=0, atol=0) for k in a[0])
+
+
+@exercise("ch0.onnx_deploy", "Build the deployment path: ONNX export with a dynamic batch, run by ONNX Runtime",
+          names=["deploy"], timeout=60)
+def _onnx_deploy(t: Tester, deploy) -> None:
+    for i, (desc, make, inputs, export_batch, hidden) in enumerate(DEPLOY_MODELS):
+        torch.manual_seed(40 + i)
+        model = make().to("npu")  # training mode, as a model usually is when someone deploys it
+        example = tuple(x.to("npu") for x in inputs(export_batch, 60 + i))
+        reference = make().to("npu")
+        reference.load_state_dict(model.state_dict())
+        reference.eval()
+        runs = [(b, "npu", tuple(x.to("npu") for x in inputs(b, 70 + 10 * i + j)))
+                for j, b in enumerate(DEPLOY_BATCHES)]
+        if i == 0:
+            runs.append((3, "cpu", inputs(3, 99)))
+        elif desc == "torch.cond gate":  # seeds 80 and 82 take the second branch, 81 and 83 the first
+            runs.append((3, "npu", tuple(x.to("npu") for x in inputs(3, 83))))
+        with torch.no_grad():  # before any code of the learner's runs
+            wants = [reference(*(a.to("npu") for a in args)).cpu() for _, _, args in runs]
+        hint = _deploy_hint(desc)
+        before = _model_state(model)
+        spy = _OrtSpy()
+        # Dynamo keeps torch.cond's traced branches: after an export of the same model without dynamic shapes
+        # (an earlier attempt), a dynamic export would come out static. Every attempt starts clean.
+        torch._dynamo.reset()
+        with spy.watching():
+            outcome = t.call(lambda m=model, e=example: deploy(m, tuple(x.clone() for x in e)))
+        if not outcome.ok:
+            if desc == "torch.cond gate":
+                hint = ("exporting the torch.cond model failed: use torch.onnx.export(..., dynamo=True) (the "
+                        "TorchScript-based exporter, dynamo=False, cannot export torch.cond) on the model itself")
+            t.error(f"{desc}: deploy(model, example_inputs) (batch {export_batch})", outcome, hidden=hidden,
+                    hint=hint)
+            continue
+        run = outcome.value
+        if not t.expect(f"{desc}: deploy returns a function", callable(run), hidden=hidden,
+                        expected="a callable (e.g. a nested def run(*inputs))", got=short(run),
+                        hint="return a function that takes the model's inputs, not the ONNX program or session"):
+            continue
+        t.expect(f"{desc}: the caller's model is unchanged (parameters, buffers, training mode)",
+                 _same_state(before, _model_state(model)), hidden=hidden, expected="unchanged", got="changed",
+                 hint="export a copy: frozen = copy.deepcopy(model).eval(); calling model.eval() switches the "
+                      "caller's model out of training mode")
+        model.forward = _forbidden_forward  # from now on, running the PyTorch model is an error
+        ran_before = spy.runs
+        with spy.watching():
+            for (batch, device, args), want in zip(runs, wants):
+                t.case(f"{desc}: the deployed function on batch {batch} ({device} inputs) == eager (eval mode)",
+                       lambda r=run, a=args: r(*a), expected=want, hidden=hidden, hint=hint,
+                       check=lambda v, w=want, d=device: _deployed_output(v, w, d))
+        t.expect(f"{desc}: every call runs an ONNX Runtime InferenceSession", spy.runs - ran_before >= len(runs),
+                 hidden=hidden, expected=f"at least {len(runs)} InferenceSession.run calls",
+                 got=f"{spy.runs - ran_before}",
+                 hint="create onnxruntime.InferenceSession(program.model_proto.SerializeToString(), "
+                      "providers=['CPUExecutionProvider']) once, in deploy, and call session.run in the function; "
+                      "running the PyTorch model (or a copy of it) is not deployment")
+        graph = spy.last_graph()
+        if not t.expect(f"{desc}: an ONNX Runtime session was created from the exported model", graph is not None,
+                        hidden=hidden, expected="an InferenceSession on the ONNX model", got="none",
+                        hint="load the exported model into onnxruntime.InferenceSession (bytes from "
+                             "program.model_proto.SerializeToString(), or a path saved with program.save)"):
+            continue
+        symbolic, shapes = _symbolic_batch(graph)
+        t.expect(f"{desc}: the ONNX inputs have a symbolic batch dimension", symbolic, hidden=hidden,
+                 expected="dimension 0 named (e.g. batch)", got=shapes,
+                 hint="pass dynamic_shapes to torch.onnx.export: one {0: torch.export.Dim('batch')} per input; "
+                      "without it the file only accepts the example's batch size")
+        if desc == "torch.cond gate":
+            ops = _ops(graph)
+            t.expect(f"{desc}: torch.cond became an ONNX If node", "If" in ops, hidden=hidden,
+                     expected="If", got=", ".join(sorted(ops)),
+                     hint="export the model as it is with dynamo=True: torch.cond becomes If; tracing it with "
+                          "example values freezes one branch")

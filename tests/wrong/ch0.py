@@ -9,6 +9,20 @@ _TREE = ("    g = lambda k: req.get(k, False)\n    if g('deploy_without_python')
          "        return 'torch.compile' if branches() else 'torch.fx'\n"
          "    return 'torch.compile' if g('needs_speedup') else 'eager'")
 
+#: ch0.onnx_deploy: the solution's deploy in pieces, so that each wrong answer changes one of them.
+_HEAD = ("import copy as _copy\nimport onnxruntime as _ort\n"
+         "def deploy(model, example_inputs):\n")
+_EXPORT = ("    frozen = _copy.deepcopy(model).eval()\n    batch = torch.export.Dim('batch')\n"
+           "    program = torch.onnx.export(frozen, example_inputs, dynamo=True, verbose=False,\n"
+           "                                dynamic_shapes=tuple({0: batch} for _ in example_inputs))\n")
+_SESSION = ("    session = _ort.InferenceSession(program.model_proto.SerializeToString(),\n"
+            "                                    providers=['CPUExecutionProvider'])\n"
+            "    names = [i.name for i in session.get_inputs()]\n")
+_RUN = ("    def run(*inputs):\n"
+        "        feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, inputs)}\n"
+        "        return torch.from_numpy(session.run(None, feeds)[0]).to(inputs[0].device)\n"
+        "    return run\n")
+
 WRONG: dict[str, list[str]] = {
     "ch0.who_captures": [
         # believes jit.trace records control flow
@@ -94,5 +108,37 @@ WRONG: dict[str, list[str]] = {
         "def choose(req, fn, example_inputs):\n"
         "    def branches():\n        try:\n            fn(*example_inputs)\n            return False\n"
         "        except Exception:\n            return True\n" + _TREE,
+    ],
+    "ch0.onnx_deploy": [
+        # no dynamic batch: the file only takes the example's batch size
+        _HEAD + "    frozen = _copy.deepcopy(model).eval()\n"
+        "    program = torch.onnx.export(frozen, example_inputs, dynamo=True, verbose=False)\n" + _SESSION + _RUN,
+        # exports, but runs the PyTorch model
+        _HEAD + _EXPORT + "    def run(*inputs):\n        with torch.no_grad():\n"
+        "            return frozen(*inputs)\n    return run\n",
+        # returns what ONNX Runtime gives: NumPy arrays
+        _HEAD + _EXPORT + _SESSION + "    def run(*inputs):\n"
+        "        feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, inputs)}\n"
+        "        return session.run(None, feeds)[0]\n    return run\n",
+        # CPU tensors for npu inputs
+        _HEAD + _EXPORT + _SESSION + "    def run(*inputs):\n"
+        "        feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, inputs)}\n"
+        "        return torch.from_numpy(session.run(None, feeds)[0])\n    return run\n",
+        # the TorchScript-based exporter (dynamo=False): it cannot export torch.cond
+        _HEAD + "    frozen = _copy.deepcopy(model).eval()\n    import io as _io\n    buf = _io.BytesIO()\n"
+        "    torch.onnx.export(frozen, example_inputs, buf, dynamo=False,\n"
+        "                      dynamic_axes={f'input_{i}': {0: 'batch'} for i in range(len(example_inputs))},\n"
+        "                      input_names=[f'input_{i}' for i in range(len(example_inputs))])\n"
+        "    session = _ort.InferenceSession(buf.getvalue(), providers=['CPUExecutionProvider'])\n"
+        "    names = [i.name for i in session.get_inputs()]\n" + _RUN,
+        # puts the caller's model in eval mode instead of exporting a copy
+        _HEAD + "    frozen = model.eval()\n    batch = torch.export.Dim('batch')\n"
+        "    program = torch.onnx.export(frozen, example_inputs, dynamo=True, verbose=False,\n"
+        "                                dynamic_shapes=tuple({0: batch} for _ in example_inputs))\n"
+        + _SESSION + _RUN,
+        # feeds only the first input
+        _HEAD + _EXPORT + _SESSION + "    def run(*inputs):\n"
+        "        feeds = {names[0]: inputs[0].detach().cpu().numpy()}\n"
+        "        return torch.from_numpy(session.run(None, feeds)[0]).to(inputs[0].device)\n    return run\n",
     ],
 }
