@@ -130,5 +130,7 @@ def test_rank_threads_that_outlive_their_time_are_stopped() -> None:
 
     with pytest.raises(TimeoutError, match="did not finish"):
         ch9.run_ranks(2, spin, timeout=0.5)
-    time.sleep(0.2)
+    end = time.monotonic() + 30  # a rank still joining its group (C code) gets the exception when it returns
+    while time.monotonic() < end and [t for t in threading.enumerate() if t.name.startswith("rank") and t.is_alive()]:
+        time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name.startswith("rank") and t.is_alive()]

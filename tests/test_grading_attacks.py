@@ -591,7 +591,8 @@ LEAKS = {
     "anomaly detection": lambda: torch.set_anomaly_enabled(True),
     "matmul precision": lambda: torch.set_float32_matmul_precision("medium"),
     "threads": lambda: torch.set_num_threads(1),
-    "mkldnn flag": lambda: setattr(torch.backends.mkldnn, "enabled", False),
+    "mkldnn flag": lambda: _KEEP.append(ctx := torch.backends.mkldnn.flags(enabled=not torch.backends.mkldnn.enabled))
+    or ctx.__enter__(),
     "numpy print options": lambda: np.set_printoptions(precision=1),
     "torch print options": lambda: torch.set_printoptions(precision=1),
     "warnings filter": lambda: warnings.simplefilter("error"),
@@ -619,7 +620,7 @@ LEAKS = {
 
 def _release() -> None:
     """Let go of what leaking answers kept (a lazy mode the check already took off its stack)."""
-    for kept in _KEEP:
+    for kept in reversed(_KEEP):  # innermost first, as nested contexts unwind
         gen = getattr(kept, "gen", None)
         if gen is not None:
             try:

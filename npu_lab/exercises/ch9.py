@@ -73,14 +73,18 @@ def _stop(threads: list[threading.Thread], seconds: float = 3.0) -> None:
 
     A thread blocked inside C code (a ``recv`` waiting for a peer) gets it when the call returns, which
     the collective timeout bounds."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        live = [th for th in threads if th.is_alive() and th.ident is not None]
-        if not live:
-            return
-        for th in live:
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(th.ident), ctypes.py_object(RankStopped))
-        time.sleep(0.05)
+    def inject(until: float) -> bool:
+        while time.monotonic() < until:
+            live = [th for th in threads if th.is_alive() and th.ident is not None]
+            if not live:
+                return True
+            for th in live:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(th.ident), ctypes.py_object(RankStopped))
+            time.sleep(0.05)
+        return False
+
+    if not inject(time.monotonic() + seconds):  # one still inside C code: keep at it in the background
+        threading.Thread(target=inject, args=(float("inf"),), daemon=True, name="ch9-rank-reaper").start()
 
 
 def run_ranks(world_size: int, body: Callable[[int, dist.ProcessGroup], Any], timeout: float = 30.0,

@@ -83,6 +83,15 @@ def _set_anomaly(value: tuple[bool, bool]) -> None:
     torch.set_anomaly_enabled(value[0], value[1])
 
 
+def _set_flag(module: Any, name: str, value: Any) -> None:
+    """Set a ``torch.backends`` flag even after ``torch.backends.disable_global_flags()`` (PyTorch's test
+    utilities freeze them on import; a learner can still change them through ``flags()``)."""
+    if getattr(module, name) == value:
+        return
+    with getattr(torch.backends, "__allow_nonbracketed_mutation")():
+        setattr(module, name, value)
+
+
 def _backend_flags() -> list[tuple[str, Any, str]]:
     out = []
     for label, module, names in (
@@ -330,7 +339,7 @@ def _items() -> list[_Item]:
     ]
     for label, module, name in _backend_flags():
         items.append(_Item(f"torch.backends.{label}.{name}",
-                           lambda m=module, n=name: getattr(m, n), lambda v, m=module, n=name: setattr(m, n, v)))
+                           lambda m=module, n=name: getattr(m, n), lambda v, m=module, n=name: _set_flag(m, n, v)))
     items += _autocast_items()
     items += _npu_items()
     items += _lab_items()
@@ -415,7 +424,7 @@ def _restore_attrs(obj: Any, saved: dict[str, Any], strict: bool) -> list[str]:
     changed = []
     now = vars(obj)
     for k, v in saved.items():
-        if now.get(k, _MISSING) is not v and not _pytorch_patch(obj, k, now.get(k)):
+        if now.get(k, _MISSING) is not v and not _pytorch_patch(obj, k, now.get(k)) and not _runtime_cache(k):
             changed.append(k)
             try:
                 setattr(obj, k, v) if not isinstance(obj, dict) else obj.__setitem__(k, v)
