@@ -68,23 +68,29 @@ class RankStopped(BaseException):
     swallow it; it is raised again until the thread ends)."""
 
 
-def _stop(threads: list[threading.Thread], seconds: float = 3.0) -> None:
-    """End the rank threads still running: raise :class:`RankStopped` in each, again every 50 ms while it lives.
+def _stop(threads: list[threading.Thread]) -> None:
+    """End the rank threads still running: a background thread raises :class:`RankStopped` in each, again
+    and again (every 50 ms, then less often) while it lives.
 
-    A thread blocked inside C code (a ``recv`` waiting for a peer) gets it when the call returns, which
-    the collective timeout bounds."""
-    def inject(until: float) -> bool:
-        while time.monotonic() < until:
-            live = [th for th in threads if th.is_alive() and th.ident is not None]
-            if not live:
-                return True
-            for th in live:
+    It runs outside the main thread, so the check's own refiring timeout cannot interrupt it. A thread
+    blocked inside C code (a ``recv`` waiting for a peer, a ``sleep``) gets the exception when the call
+    returns, which the collective timeout bounds for collectives."""
+    live = [th for th in threads if th.is_alive()]
+    if not live:
+        return
+
+    def reap() -> None:
+        pause = 0.05
+        while True:
+            alive = [th for th in live if th.is_alive() and th.ident is not None]
+            if not alive:
+                return
+            for th in alive:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(th.ident), ctypes.py_object(RankStopped))
-            time.sleep(0.05)
-        return False
+            time.sleep(pause)
+            pause = min(pause * 1.5, 1.0)
 
-    if not inject(time.monotonic() + seconds):  # one still inside C code: keep at it in the background
-        threading.Thread(target=inject, args=(float("inf"),), daemon=True, name="ch9-rank-reaper").start()
+    threading.Thread(target=reap, daemon=True, name="ch9-rank-reaper").start()
 
 
 def run_ranks(world_size: int, body: Callable[[int, dist.ProcessGroup], Any], timeout: float = 30.0,
