@@ -109,6 +109,14 @@ def gather_from_parallel(x: torch.Tensor, group: dist.ProcessGroup | None = None
     return _GatherFromParallel.apply(x, group)
 
 
+def _parameters(weight_shape: tuple[int, int], bias_size: int, bias: bool, device: torch.device | str | None,
+                dtype: torch.dtype | None) -> tuple[nn.Parameter, nn.Parameter | None]:
+    """A shard's weight (initialised as ``nn.Linear`` does) and zero bias (or None)."""
+    weight = nn.Parameter(torch.empty(weight_shape, device=device, dtype=dtype))
+    nn.init.kaiming_uniform_(weight, a=5 ** 0.5)
+    return weight, (nn.Parameter(torch.zeros(bias_size, device=device, dtype=dtype)) if bias else None)
+
+
 class ColumnParallelLinear(nn.Module):
     """A linear layer whose output features are split across the ranks of ``group``.
 
@@ -126,12 +134,7 @@ class ColumnParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.out_per_rank = _split(out_features, self.world, "out_features")
         self.gather_output = gather_output
-        kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(self.out_per_rank, in_features, **kw))
-        self.bias = nn.Parameter(torch.empty(self.out_per_rank, **kw)) if bias else None
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        self.weight, self.bias = _parameters((self.out_per_rank, in_features), self.out_per_rank, bias, device, dtype)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, gather_output: bool = False,
@@ -174,12 +177,7 @@ class RowParallelLinear(nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.in_per_rank = _split(in_features, self.world, "in_features")
         self.input_is_parallel = input_is_parallel
-        kw = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(out_features, self.in_per_rank, **kw))
-        self.bias = nn.Parameter(torch.empty(out_features, **kw)) if bias else None
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        self.weight, self.bias = _parameters((out_features, self.in_per_rank), out_features, bias, device, dtype)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, input_is_parallel: bool = True,

@@ -22,13 +22,9 @@ from ...profiler import profile
 
 def mlp(width: int = 256, depth: int = 4, seed: int = 0) -> nn.Sequential:
     """The chapter's model: ``depth`` ``Linear(width, width)`` layers with ``Tanh`` between them."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i in range(depth):
-        layers.append(nn.Linear(width, width))
-        if i < depth - 1:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
+    from ..overlap import mlp_model
+
+    return mlp_model(width, depth, seed)
 
 
 def batches(steps: int, batch: int, width: int, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
