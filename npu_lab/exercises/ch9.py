@@ -9,10 +9,13 @@ Four exercises:
 * ``ch9.column_parallel`` - a column-parallel linear layer's forward and backward;
 * ``ch9.predict_time`` - a collective's time from the α–β cost model.
 
-The ranks of the first and third exercises are threads of the grading process, each with its own
-npuccl process group over one shared store (the same gloo transport as between processes), so the
-learner's functions run where they are defined, in the notebook. The helpers below
-(:func:`run_ranks`, :func:`trace_backward`, :func:`step_time_us`...) are the ones the chapter uses.
+The ranks of the first and third exercises are threads, each with its own npuccl process group over
+one shared store (the same gloo transport as between processes): :func:`run_ranks`, which the learner
+can call from the notebook too. The checks run the ranks in a forked copy of the notebook's process
+(:func:`npu_lab.grading.forked.call_forked`): the learner's functions are there, defined in the
+notebook, and a rank that never ends (a sleep in C code, blocked signals, a compiled loop) is killed
+with its process instead of running on beside later checks. The helpers below (:func:`run_ranks`,
+:func:`trace_backward`, :func:`step_time_us`...) are the ones the chapter uses.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..distributed import cost
+from ..grading.forked import call_forked
 from ..grading.inputs import randn
 from ..grading.references import measured
 from ..grading.registry import chapter, exercise
@@ -182,6 +186,12 @@ class Wire:
             work.wait()
 
 
+#: Seconds the ranks of one case may run inside the check (then :func:`run_ranks` gives up on them).
+RANKS_TIMEOUT = 30.0
+#: Seconds the forked process running them may take in all (then it is killed).
+CHILD_TIMEOUT = RANKS_TIMEOUT + 15.0
+
+
 # ---------------------------------------------------------------------------------------------
 # ch9.ring_allreduce
 # ---------------------------------------------------------------------------------------------
@@ -195,21 +205,26 @@ def _ring_inputs(world: int, shape: tuple[int, ...]) -> list[torch.Tensor]:
 
 
 def drive_ring(ring_allreduce: Callable[..., Any], world: int, shape: tuple[int, ...]) -> dict[str, Any]:
-    """Run ``ring_allreduce(tensor, rank, world_size, send, recv)`` on ``world`` thread-ranks.
+    """Run ``ring_allreduce(tensor, rank, world_size, send, recv)`` on ``world`` thread-ranks, in a forked
+    process (see the module's docstring).
 
-    Returns what each rank returned (on the CPU) and the bytes each link ``(src, dst)`` carried.
+    Returns what each rank returned (on the CPU, as plain data) and the bytes each link ``(src, dst)`` carried.
     """
     inputs = _ring_inputs(world, shape)
-    links: dict[tuple[int, int], int] = {}
 
-    def body(rank: int, group: dist.ProcessGroup) -> Any:
-        wire = Wire(rank, world, group, links)
-        out = ring_allreduce(inputs[rank].to("npu"), rank, world, wire.send, wire.recv)
-        wire.finish()
-        return out.detach().cpu() if is_plain_tensor(out) else out
+    def run() -> dict[str, Any]:
+        links: dict[tuple[int, int], int] = {}
 
-    results = run_ranks(world, body)
-    return {"results": results, "links": dict(links)}
+        def body(rank: int, group: dist.ProcessGroup) -> Any:
+            wire = Wire(rank, world, group, links)
+            out = ring_allreduce(inputs[rank].to("npu"), rank, world, wire.send, wire.recv)
+            wire.finish()
+            return out.detach().cpu() if is_plain_tensor(out) else out
+
+        results = run_ranks(world, body, timeout=RANKS_TIMEOUT)
+        return {"results": results, "links": dict(links)}
+
+    return call_forked(run, CHILD_TIMEOUT)
 
 
 def _waited_in_vain(outcome: Any) -> bool:
@@ -459,7 +474,7 @@ def _column_reference(batch: int, fin: int, fout: int, seed: int) -> dict[str, t
 
 def drive_column(forward: Callable[..., Any], backward: Callable[..., Any], world: int,
                  ref: dict[str, torch.Tensor]) -> list[dict[str, Any]]:
-    """Run the learner's column-parallel forward and backward on ``world`` thread-ranks."""
+    """Run the learner's column-parallel forward and backward on ``world`` thread-ranks, in a forked process."""
     def body(rank: int, group: dist.ProcessGroup) -> dict[str, Any]:
         rows = ref["w"].chunk(world)[rank].shape[0]
         sl = slice(rank * rows, (rank + 1) * rows)
@@ -480,7 +495,7 @@ def drive_column(forward: Callable[..., Any], backward: Callable[..., Any], worl
 
         return {"y": cpu(y), "grads": [cpu(v) for v in grads] if isinstance(grads, (tuple, list)) else grads}
 
-    return run_ranks(world, body)
+    return call_forked(lambda: run_ranks(world, body, timeout=RANKS_TIMEOUT), CHILD_TIMEOUT)
 
 
 @exercise("ch9.column_parallel", "A column-parallel linear layer: forward and backward",

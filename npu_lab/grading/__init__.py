@@ -11,6 +11,8 @@ A check can be trusted whatever the answer does (see the modules for how):
 * :mod:`.guard` - every call of the learner's code ends within its time limit (a timeout that is
   not an ``Exception`` and comes back, a watchdog, a child process for compiled code), its output
   is captured and capped, and whatever it raises comes back as a trimmed message;
+* :mod:`.forked` - code that runs on threads of its own (chapter 9's ranks) runs in a forked copy of
+  the process, killed with every thread when it runs out of time; only plain data comes back;
 * :mod:`.isolation` - global state the learner's code changes is put back after each call and
   each check (dtype, device, grad mode, seeds, flags, modes, patched modules, kernel registrations);
 * :mod:`.values` - values are compared as plain data by the check's own functions, never by the

@@ -294,6 +294,17 @@ def _start_watchdog() -> None:
         _watchdog.start()
 
 
+def _forget_limits_in_child() -> None:
+    """In a forked child: the parent's limits, their timer and watchdog thread did not come along (and the
+    lock may have been held by a thread that did not either): start with none."""
+    global _lock, _active, _watchdog, _wake, _saved_hooks
+    _lock, _active, _watchdog, _wake, _saved_hooks = threading.RLock(), [], None, threading.Event(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_limits_in_child)
+
+
 class time_limit:
     """``with time_limit(seconds): ...`` raises :class:`CheckTimeout` in the block after ``seconds``.
 
@@ -417,8 +428,14 @@ def trim(exc: BaseException) -> str:
 
     Frames inside npu_lab (the check itself), PyTorch or other installed
     libraries are dropped; the last library frame is named in one line so the
-    learner knows where their call went wrong.
+    learner knows where their call went wrong. An exception rebuilt from a forked child
+    (:mod:`.forked`) was trimmed there, where its frames are.
     """
+    from .forked import trimmed  # here: that module imports this one
+
+    shown = trimmed(exc)
+    if shown is not None:
+        return shown
     try:
         frames = traceback.extract_tb(_TRACEBACK(exc))
     except BaseException:  # noqa: BLE001
@@ -573,6 +590,16 @@ def _cpu_seconds(pid: int) -> float:
         return float("inf")  # cannot tell: assume it was computing
 
 
+def die_with_parent() -> None:
+    """In a forked child: be killed when the parent dies (Linux), so a child that forks in turn (a check that
+    runs ranks in a process, probed in a child of its own) never outlives the one that would kill it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent still kills its own child on time
+        pass
+
+
 def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | None:
     """Run ``fn()`` in a forked child process first, where it can be killed.
 
@@ -591,6 +618,7 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
         return None
     if pid == 0:  # the child: no output, no Jupyter sockets, no handlers of the parent
         try:
+            die_with_parent()
             os.close(r)
             null = os.open(os.devnull, os.O_RDWR)
             os.dup2(null, 1)
