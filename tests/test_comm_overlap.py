@@ -115,7 +115,13 @@ def test_ddp_small_buckets_overlap_backward(ddp_reports: list[OverlapReport]) ->
             assert b.ready_us <= b.start_us < b.end_us <= rep.step_us + 1e-6
             assert rep.backward_start_us <= b.ready_us <= rep.backward_end_us
         phases = {c.phase for c in rep.compute}
-        assert phases == {"forward", "backward", "optimizer"}
+        assert phases == {"forward", "backward", "copy-back", "optimizer"}
+        last_ready = max(b.ready_us for b in rep.buckets)
+        assert all(c.start_us < last_ready for c in rep.compute if c.phase == "backward")
+        # DDP copies an averaged bucket back into .grad once its allreduce is done (so none before the first)
+        copies = [c for c in rep.compute if c.phase == "copy-back"]
+        assert copies and all(c.name.startswith("memcpy") for c in copies)
+        assert min(c.start_us for c in copies) >= min(b.end_us for b in rep.buckets) - 1e-6
     assert len(small.buckets) == 4 and len(big.buckets) == 1
     # several buckets: their allreduces run while backward still computes
     assert small.buckets[0].end_us < small.backward_end_us
@@ -124,10 +130,10 @@ def test_ddp_small_buckets_overlap_backward(ddp_reports: list[OverlapReport]) ->
     # one bucket is ready only when backward ends: nothing to overlap with
     assert big.step_us == pytest.approx(big.serial_us, rel=1e-6)
     assert big.overlap_fraction == pytest.approx(0.0, abs=1e-6)
-    assert "buckets" in small.summary()
+    assert "4 buckets," in small.summary() and "1 bucket," in big.summary()
     ax = small.plot()
     assert [t.get_text() for t in ax.get_yticklabels()] == ["comm stream\n(allreduce)", "compute stream"]
-    assert len(ax.collections) == 3 + len(small.buckets)  # three compute phases, one bar per bucket
+    assert len(ax.collections) == 4 + len(small.buckets)  # four compute phases, one bar per bucket
 
 
 def test_profile_names_a_stream_of_collectives_the_comm_lane() -> None:

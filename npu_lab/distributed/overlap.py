@@ -64,7 +64,7 @@ class Interval:
     name: str
     start_us: float
     end_us: float
-    phase: str = ""  #: "forward", "backward" or "optimizer" (compute lane)
+    phase: str = ""  #: "forward", "backward", "copy-back" or "optimizer" (compute lane)
 
 
 @dataclass
@@ -121,7 +121,8 @@ class OverlapReport:
 
     def summary(self) -> str:
         """One line: bucket size, buckets, step, compute, communication and how much of it was hidden."""
-        return (f"bucket_cap_mb={self.bucket_cap_mb:g}: {len(self.buckets)} buckets, step {self.step_us:.1f} us "
+        n = len(self.buckets)
+        return (f"bucket_cap_mb={self.bucket_cap_mb:g}: {n} bucket{'s' if n != 1 else ''}, step {self.step_us:.1f} us "
                 f"(compute {self.compute_us:.1f} + allreduce {self.comm_us:.1f} = {self.serial_us:.1f} us serial), "
                 f"{100 * self.overlap_fraction:.0f}% of communication hidden")
 
@@ -129,11 +130,12 @@ class OverlapReport:
         return f"<OverlapReport {self.summary()}>"
 
     def plot(self, ax: Any = None) -> Any:
-        """Draw the step: the compute lane (forward, backward, optimizer) over the comm lane (one bar per bucket)."""
+        """Draw the step: the compute lane (forward, backward, DDP's copy-back, optimizer) over the comm lane
+        (one bar per bucket)."""
         import matplotlib.pyplot as plt
 
         ax = ax or plt.subplots(figsize=(9, 2.6))[1]
-        colors = {"forward": "#9ecae1", "backward": "#3182bd", "optimizer": "#a1d99b"}
+        colors = {"forward": "#9ecae1", "backward": "#3182bd", "copy-back": "#fed976", "optimizer": "#a1d99b"}
         for phase, color in colors.items():
             spans = [(c.start_us, max(c.end_us - c.start_us, 0.05)) for c in self.compute if c.phase == phase]
             ax.broken_barh(spans, (1.1, 0.8), color=color, label=phase)
@@ -205,14 +207,18 @@ def _measure_one(model_fn: ModelFn, batch_fn: BatchFn, cap: float, warmup: int,
         clock.listeners.remove(kernels.append)
     host_s = time.perf_counter() - t0
     end = _C.stream_time(index, compute)
+    buckets = [(r.nbytes, r.ready_us - s0, r.start_us - s0, r.end_us - s0)
+               for r in records if r.op == "allreduce" and r.device == index]
+    # After the last bucket is ready, what backward() still runs on the compute stream is DDP's: it waits for
+    # the allreduces and copies the averaged buckets back into each parameter's .grad.
+    last_ready = max((s0 + ready for _, ready, _, _ in buckets), default=bwd1)
     intervals = []
     for k in kernels:
         if k.device != index or k.stream != compute or k.kind == "collective":
             continue
-        phase = "forward" if k.start_us < bwd0 else "backward" if k.start_us < bwd1 else "optimizer"
+        phase = ("forward" if k.start_us < bwd0 else "backward" if k.start_us < last_ready
+                 else "copy-back" if k.start_us < bwd1 else "optimizer")
         intervals.append((k.name, k.start_us - s0, k.end_us - s0, phase))
-    buckets = [(r.nbytes, r.ready_us - s0, r.start_us - s0, r.end_us - s0)
-               for r in records if r.op == "allreduce" and r.device == index]
     return {"step_us": end - s0, "compute_us": sum(e - s for _, s, e, _ in intervals),
             "backward": (bwd0 - s0, bwd1 - s0), "buckets": buckets, "compute": intervals, "host_s": host_s}
 
