@@ -3,11 +3,15 @@
 * Learner progress goes to a throw-away directory, never to ``~/.npu_lab``.
 * After the run, say how many notebook cells nbval does not compare, so the
   number stays visible and small.
+* Test files run longest first (``tests/durations.json``), so ``./run test``'s
+  workers finish together.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -51,6 +55,28 @@ def pytest_runtest_makereport(item, call):
     if any(word in reason.lower() for word in _MISSING_TOOL):
         report.outcome = "failed"
         report.longrepr = f"skipped in CI for a missing tool (CI must run every test): {reason}"
+
+
+#: Seconds each test file took in a full run (written by tools/test_durations.py).
+_DURATIONS = Path(__file__).parent / "tests" / "durations.json"
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """Order the test files longest first, each file's tests in their own order.
+
+    ``--dist loadfile`` hands whole files to the workers in collection order (``./run test`` turns
+    xdist's own reordering by test count off), so the longest files start first and the short ones
+    fill in at the end, instead of one worker starting a long file when the other is nearly done.
+    """
+    try:
+        table = json.loads(_DURATIONS.read_text())
+    except (OSError, ValueError):
+        return
+    default = statistics.median(table.values()) if table else 0.0
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda it: (-table.get(it.nodeid.split("::")[0], default), first[it.nodeid.split("::")[0]]))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:

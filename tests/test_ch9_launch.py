@@ -134,3 +134,15 @@ def test_rank_threads_that_outlive_their_time_are_stopped() -> None:
     while time.monotonic() < end and [t for t in threading.enumerate() if t.name.startswith("rank") and t.is_alive()]:
         time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name.startswith("rank") and t.is_alive()]
+
+
+def test_a_desync_shows_in_every_ranks_debug_log() -> None:
+    """The chapter's desync: the ranks call their two all-reduces in different orders. The launch fails, and
+    each rank's log holds its own first all-reduce (logged before gloo is called, so a rank whose call failed
+    at once, its peer already gone, still has its line)."""
+    from npu_lab.distributed.examples import workers
+
+    with pytest.raises(WorkerError) as info:
+        launch(workers.desync, 2, debug=True, timeout=60, collective_timeout=10)
+    firsts = [next(x for x in info.value.logs[r] if "allreduce #1:" in x) for r in (0, 1)]
+    assert "4096 bytes" in firsts[0] and "64 bytes" in firsts[1]

@@ -253,19 +253,21 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         self._seq += 1
         seq = self._seq
         device = _device_of(tensors)
-        pending = call()
-        future = _future_of(pending)
         link = cost.device_link()
         algorithm = cost.algorithm_for(op, nbytes, self._size, link)
         sim_us = cost.collective_us(op, nbytes, self._size, link, algorithm)
+        dtype = str(tensors[0].dtype).replace("torch.", "") if tensors else "-"
+        # Logged before gloo is called, as NCCL logs at enqueue: a call that fails at once (a peer that
+        # already hung up on a desync) still leaves its line, which is how a desync is found.
+        debug.log(self._rank, str(device), f"{op} #{seq}: {nbytes} bytes {dtype}{detail} algo={algorithm} "
+                                           f"peers={self._size} sim={sim_us:.2f}us")
+        pending = call()
+        future = _future_of(pending)
         index = -1
         end = 0.0
         if device.type == "npu":
             index = device.index if device.index is not None else torch.npu.current_device()
             _, end = timeline.account(op, index, sim_us, nbytes)
-        dtype = str(tensors[0].dtype).replace("torch.", "") if tensors else "-"
-        debug.log(self._rank, str(device), f"{op} #{seq}: {nbytes} bytes {dtype}{detail} algo={algorithm} "
-                                           f"peers={self._size} sim={sim_us:.2f}us")
 
         def complete() -> object:
             if after is not None:

@@ -47,7 +47,7 @@ def strip_solutions(source: str) -> str:
         if not m:
             if STUB.match(lines[i]) or END.match(lines[i]):
                 raise ValueError(f"marker outside a solution block: {lines[i]!r}")
-            out.append(lines[i])
+            out.append(lines[i] if lines[i].strip() else "")
             i += 1
             continue
         indent = m.group(1)
@@ -56,7 +56,7 @@ def strip_solutions(source: str) -> str:
         while i < len(lines) and not END.match(lines[i]):
             s = STUB.match(lines[i])
             if s:
-                stubs.append(s.group(1) + s.group(2))
+                stubs.append((s.group(1) + s.group(2)).rstrip())
             if BEGIN.match(lines[i]):
                 raise ValueError("nested ### BEGIN SOLUTION")
             i += 1
