@@ -96,7 +96,7 @@ def test_step_time_replays_the_cost_model() -> None:
 
 
 def test_trace_backward_records_every_gradient_on_the_device_clock() -> None:
-    model = ch9._deep_mlp(64, 3, 0).to("npu")
+    model = ch9.deep_mlp(64, 3, 0).to("npu")
     trace = ch9.trace_backward(model, torch.randn(8, 64).to("npu"))
     assert sorted(trace.names) == sorted(n for n, _ in model.named_parameters())
     assert trace.names[0].startswith("2.")  # the last layer's gradients are ready first

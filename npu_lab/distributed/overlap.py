@@ -158,13 +158,17 @@ class OverlapReport:
         return ax
 
 
-def _mse(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def mse_loss(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The default loss of :func:`ddp_overlap` (a module-level function, so spawned workers can import it)."""
     return F.mse_loss(out, target)
 
 
-def _measure_one(model_fn: ModelFn, batch_fn: BatchFn, cap: float, warmup: int,
-                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> dict[str, Any]:
-    """In a worker: train ``warmup`` DDP steps, then measure one step; plain data back."""
+def measure_step(model_fn: ModelFn, batch_fn: BatchFn, cap: float, warmup: int = 2,
+                 loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mse_loss) -> dict[str, Any]:
+    """In a worker process: train ``warmup`` DDP steps with ``bucket_cap_mb=cap``, then measure one step on
+    the simulated clock. Returns plain data (picklable); :func:`report` turns every rank's into an
+    :class:`OverlapReport`. :func:`ddp_overlap` launches the workers itself; call this from a worker of
+    your own launch to measure inside a bigger run (as chapter 9 does)."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -230,10 +234,12 @@ def _worker(model_fn: ModelFn, batch_fn: BatchFn, caps: list[float], warmup: int
 
     for name, value in cost_model.items():
         setattr(live, name, value)
-    return [_measure_one(model_fn, batch_fn, cap, warmup, loss_fn) for cap in caps]
+    return [measure_step(model_fn, batch_fn, cap, warmup, loss_fn) for cap in caps]
 
 
-def _report(cap: float, world: int, per_rank: list[dict[str, Any]]) -> OverlapReport:
+def report(cap: float, world: int, per_rank: list[dict[str, Any]]) -> OverlapReport:
+    """The :class:`OverlapReport` of one bucket size from what :func:`measure_step` returned on each rank
+    (drawn from rank 0's clock; every rank's step time is kept)."""
     r0 = per_rank[0]
     buckets = [BucketTiming(i, n, ready, start, end) for i, (n, ready, start, end) in enumerate(r0["buckets"])]
     compute = [Interval(name, s, e, phase) for name, s, e, phase in r0["compute"]]
@@ -255,7 +261,7 @@ def _importable(fn: Callable[..., Any], what: str) -> None:
 
 def ddp_overlap(model_fn: ModelFn = mlp_model, batch_fn: BatchFn = random_batch,
                 bucket_cap_mb: float | Sequence[float] = 25.0, world_size: int = 2, *, warmup: int = 2,
-                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = _mse,
+                loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = mse_loss,
                 cost_model: dict[str, float] | None = None,
                 timeout: float = 300.0) -> OverlapReport | list[OverlapReport]:
     """Measure DDP's bucket/backward overlap in ``world_size`` processes on npu (simulated clock).
@@ -293,5 +299,5 @@ def ddp_overlap(model_fn: ModelFn = mlp_model, batch_fn: BatchFn = random_batch,
         raise ValueError(f"cost_model: unknown figures {unknown}; the cost model has {', '.join(_FIELDS)}")
     results = launch(_worker, nprocs=world_size, args=(model_fn, batch_fn, caps, warmup, loss_fn, figures),
                      timeout=timeout)
-    reports = [_report(cap, world_size, [res.value[i] for res in results]) for i, cap in enumerate(caps)]
+    reports = [report(cap, world_size, [res.value[i] for res in results]) for i, cap in enumerate(caps)]
     return reports[0] if isinstance(bucket_cap_mb, int | float) else reports

@@ -402,16 +402,17 @@ def best_step_time_us(trace: BackwardTrace, world_size: int, link: cost.Link | N
     return min(((mb, step_time_us(trace, mb, world_size, link)) for mb in BUCKET_GRID), key=lambda p: p[1])
 
 
-def _deep_mlp(width: int, depth: int, seed: int) -> nn.Module:
+def deep_mlp(width: int, depth: int, seed: int) -> nn.Module:
+    """``depth`` blocks of ``Linear(width, width)`` + ``Tanh``, initialised from ``seed`` (the bucket cases' models)."""
     torch.manual_seed(seed)
     return nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(depth)])
 
 
 #: name -> (model maker, input shape, world size, hidden)
 BUCKET_CASES: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int, bool]] = {
-    "8 x Linear(1024, 1024), batch 32, 8 ranks": (lambda: _deep_mlp(1024, 8, 0), (32, 1024), 8, False),
-    "12 x Linear(512, 512), batch 64, 16 ranks": (lambda: _deep_mlp(512, 12, 1), (64, 512), 16, True),
-    "16 x Linear(768, 768), batch 64, 32 ranks": (lambda: _deep_mlp(768, 16, 2), (64, 768), 32, True),
+    "8 x Linear(1024, 1024), batch 32, 8 ranks": (lambda: deep_mlp(1024, 8, 0), (32, 1024), 8, False),
+    "12 x Linear(512, 512), batch 64, 16 ranks": (lambda: deep_mlp(512, 12, 1), (64, 512), 16, True),
+    "16 x Linear(768, 768), batch 64, 32 ranks": (lambda: deep_mlp(768, 16, 2), (64, 768), 32, True),
 }
 
 

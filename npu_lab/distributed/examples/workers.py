@@ -246,8 +246,7 @@ def chapter_suite(steps: int = 3, per_device_batch: int = 16, width: int = 256, 
     if bucket_caps:
         from .. import overlap
 
-        out["overlap"] = [overlap._measure_one(overlap.mlp_model, overlap.random_batch, cap, 2, overlap._mse)
-                          for cap in bucket_caps]
+        out["overlap"] = [overlap.measure_step(overlap.mlp_model, overlap.random_batch, cap) for cap in bucket_caps]
     if fsdp:
         from .. import fsdp as fsdp_module
 
