@@ -386,6 +386,33 @@ def check_ddp_equals_one_process(rank: int, gloo: dist.ProcessGroup) -> None:
         assert diff < 1e-5, f"{name}: DDP on {WORLD} processes differs from one process by {diff}"
 
 
+def check_pending_work_does_not_keep_the_group_alive(rank: int, gloo: dist.ProcessGroup) -> None:
+    # A collective's completion callback runs on one of gloo's worker threads. If it held the npuccl
+    # group, a group destroyed while a collective was in flight would be freed on that thread: gloo's
+    # destructor then joins its own thread and the process aborts ("Resource deadlock avoided").
+    import gc
+    import weakref
+
+    from npu_lab.distributed import ProcessGroupNPUCCL
+
+    group = dist.new_group(backend="npuccl")
+    assert isinstance(group, ProcessGroupNPUCCL), type(group)
+    inner = group._gloo  # kept, so the collective can still finish after the group is gone
+    ref = weakref.ref(group)
+    t = npu(torch.ones(4))
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's collective is in flight while it destroys its group
+    work = dist.all_reduce(t, group=group, async_op=True)
+    dist.destroy_process_group(group)
+    del group
+    gc.collect()
+    alive = ref() is not None
+    assert work.wait()
+    same(t, torch.full((4,), float(WORLD)), "all_reduce on a group destroyed while it ran")
+    del inner
+    assert not alive or rank == 1, "a pending collective's callback keeps the npuccl group alive"
+
+
 CHECKS: dict[str, Callable[[int, dist.ProcessGroup], None]] = {
     name.removeprefix("check_"): fn for name, fn in globals().items() if name.startswith("check_")
 }

@@ -276,10 +276,15 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
                 buf.finish()
             return result
 
+        # The callbacks below (and each collective's ``after``) run on a gloo worker thread when gloo
+        # finishes, so none of them may hold ``self``: a group destroyed while a collective is in flight
+        # would be freed on that thread, and gloo's destructor joining its own thread aborts the process.
+        rank, size, timeout_s = self._rank, self._size, self.timeout.total_seconds()
+
         def failure(exc: BaseException) -> dist.DistBackendError:
             return dist.DistBackendError(
-                f"npuccl {op} #{seq} failed on rank {self._rank} of {self._size} (a peer died, left or did not take "
-                f"part within the timeout of {self.timeout.total_seconds():g} s): {exc}"
+                f"npuccl {op} #{seq} failed on rank {rank} of {size} (a peer died, left or did not take "
+                f"part within the timeout of {timeout_s:g} s): {exc}"
             )
 
         if future is None:
@@ -324,10 +329,11 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         wire = reduce_ops.on_wire(op, [t.dtype for t in tensors])
         bufs = [host_view(t) for t in tensors]
         gloo_opts = _options(AllreduceOptions, opts, reduceOp=wire)
+        size = self._size  # not self: see _issue
 
         def after() -> None:
             for b in bufs:
-                reduce_ops.finish(op, b.host, self._size)
+                reduce_ops.finish(op, b.host, size)
 
         return self._issue("allreduce", tensors, lambda: self._gloo.allreduce([b.host for b in bufs], gloo_opts),
                            nbytes=_nbytes(tensors), outputs=bufs, result=tensors, after=after,
@@ -339,10 +345,11 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         wire = reduce_ops.on_wire(op, [t.dtype for t in tensors])
         bufs = [host_view(t) for t in tensors]
         gloo_opts = _options(AllreduceCoalescedOptions, opts, reduceOp=wire)
+        size = self._size  # not self: see _issue
 
         def after() -> None:
             for b in bufs:
-                reduce_ops.finish(op, b.host, self._size)
+                reduce_ops.finish(op, b.host, size)
 
         return self._issue("allreduce", tensors,
                            lambda: self._gloo.allreduce_coalesced([b.host for b in bufs], gloo_opts),
@@ -357,11 +364,12 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         bufs = [host_view(t) for t in tensors]
         gloo_opts = _options(ReduceOptions, opts, reduceOp=wire, rootRank=root,
                              rootTensor=getattr(opts, "rootTensor", 0))
+        rank, size = self._rank, self._size  # not self: see _issue
 
         def after() -> None:
-            if self._rank == root:
+            if rank == root:
                 for b in bufs:
-                    reduce_ops.finish(op, b.host, self._size)
+                    reduce_ops.finish(op, b.host, size)
 
         return self._issue("reduce", tensors, lambda: self._gloo.reduce([b.host for b in bufs], gloo_opts),
                            nbytes=_nbytes(tensors), outputs=bufs, result=tensors, after=after,
@@ -383,10 +391,11 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         for r in range(self._size):
             o = _options(ReduceOptions, opts, reduceOp=wire, rootRank=r, rootTensor=0)
             works.append(self._gloo.reduce([scratch[r]], o).get_future())
+        rank, size = self._rank, self._size  # not self: see _issue
 
         def after() -> None:
-            mine = scratch[self._rank]
-            reduce_ops.finish(op, mine, self._size)
+            mine = scratch[rank]
+            reduce_ops.finish(op, mine, size)
             out.host.copy_(mine.view(out.host.shape))
 
         return self._issue("reduce_scatter", outputs, lambda: _all(works),
@@ -404,10 +413,11 @@ class ProcessGroupNPUCCL(dist.ProcessGroup):
         scratch = alias(input).contiguous().clone().reshape(self._size, -1)
         out = host_view(output)
         gloo_opts = _options(AllreduceOptions, opts, reduceOp=wire)
+        rank, size = self._rank, self._size  # not self: see _issue
 
         def after() -> None:
-            mine = scratch[self._rank]
-            reduce_ops.finish(op, mine, self._size)
+            mine = scratch[rank]
+            reduce_ops.finish(op, mine, size)
             out.host.copy_(mine.view(out.host.shape))
 
         return self._issue("reduce_scatter", [output], lambda: self._gloo.allreduce([scratch], gloo_opts),

@@ -19,7 +19,6 @@ Checked with torch 2.13 on Linux. Without ``fork`` (Windows) the piece runs in t
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import marshal
 import os
 import select
@@ -87,9 +86,7 @@ _ATOMS = {torch.dtype: "dtype", torch.device: "device", torch.layout: "layout", 
 def _encode(value: Any, budget: list[int]) -> tuple:
     """``value`` as nested tuples of built-in values (made plain first)."""
     cls = type(value)
-    if cls in (list, tuple, dict):  # the check's own containers: each item on its own
-        pass
-    else:
+    if cls not in (list, tuple, dict):  # the check's own containers are encoded item by item below
         try:
             value = plain(value)
         except NotPlain as exc:
@@ -164,17 +161,8 @@ def _decode(node: Any) -> Any:
 def _child(fn: Callable[[], Any], w: int) -> None:
     """In the child: run ``fn``, send back ``(kind, payload, output)``; never returns."""
     try:
-        guard.die_with_parent()
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        sys.settrace(None)
-        sys.setprofile(None)
+        guard.become_child()  # what C code prints goes nowhere; Python's prints are captured below
         torch.set_num_threads(1)  # the parent's OpenMP pool did not come along
-        faulthandler.disable()  # a crash is reported by the parent, not dumped on its terminal
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 1)  # what C code prints goes nowhere; Python's prints are captured below
-        os.dup2(null, 2)
         out = guard.CappedOutput()
         sys.stdout = sys.stderr = out
         try:

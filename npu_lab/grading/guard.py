@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import io
 import os
 import select
@@ -600,6 +601,23 @@ def die_with_parent() -> None:
         pass
 
 
+def become_child() -> None:
+    """First thing in a forked child that runs a piece of a check: die with the parent, drop the parent's
+    alarm, signal mask, tracers and faulthandler, and send what C code prints (fds 1 and 2) to /dev/null
+    (a crash is reported by the parent, not dumped on the learner's terminal)."""
+    die_with_parent()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    sys.settrace(None)
+    sys.setprofile(None)
+    faulthandler.disable()
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
 def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | None:
     """Run ``fn()`` in a forked child process first, where it can be killed.
 
@@ -618,15 +636,10 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
         return None
     if pid == 0:  # the child: no output, no Jupyter sockets, no handlers of the parent
         try:
-            die_with_parent()
             os.close(r)
-            null = os.open(os.devnull, os.O_RDWR)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
+            become_child()
             sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process ends below
-            signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.alarm(int(timeout) + 5)  # a backstop: the parent kills it first
-            sys.settrace(None)
             try:
                 fn()
             except BaseException:  # noqa: BLE001 - the parent runs it again and reports the error
