@@ -615,7 +615,8 @@ LEAKS = {
     "sys.stdout": lambda: setattr(sys, "stdout", io.StringIO()),
     "working directory": lambda: os.chdir("/"),
     "environment": lambda: os.environ.__setitem__("NPU_LAB_HOME", "/nonexistent"),
-    "SIGINT handler": lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    # a handler of its own, not SIG_IGN: a process started in the background already ignores SIGINT
+    "SIGINT handler": lambda: signal.signal(signal.SIGINT, lambda signum, frame: None),
     "function mode left on": lambda: _FunctionMode().__enter__(),
     "dispatch mode left on": lambda: _DispatchMode().__enter__(),
     "autocast left on": lambda: torch.set_autocast_enabled("cpu", True),
