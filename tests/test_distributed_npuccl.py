@@ -401,7 +401,7 @@ def check_pending_work_does_not_keep_the_group_alive(rank: int, gloo: dist.Proce
     ref = weakref.ref(group)
     t = npu(torch.ones(4))
     if rank == 1:
-        time.sleep(0.5)  # rank 0's collective is in flight while it destroys its group
+        time.sleep(1.5)  # rank 0's collective is in flight while it destroys its group (1.5 s: even on a busy machine)
     work = dist.all_reduce(t, group=group, async_op=True)
     dist.destroy_process_group(group)
     del group

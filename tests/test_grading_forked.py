@@ -3,6 +3,7 @@ same kind, a time limit that kills every thread, nothing left running."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -119,10 +120,68 @@ def test_a_child_out_of_time_is_killed_with_every_thread_it_started():
     assert _children() <= before
 
 
-def test_the_checks_own_limit_kills_the_child_too():
+@pytest.mark.parametrize("limit", [0.002, 0.02, 0.1, 0.3])
+def test_the_checks_own_limit_kills_the_child_too(limit):
+    # Limits this short strike while the child is being forked, or killed and reaped: it must still go
+    # (a limit that cut the reaping short left a zombie child behind, once in a CI run).
     before = _children()
-    outcome = guard.call(lambda: call_forked(_sleeping_threads, 60), timeout=0.3)
-    assert outcome.timed_out and _children() <= before
+    for _ in range(3):
+        outcome = guard.call(lambda: call_forked(_sleeping_threads, 60), timeout=limit)
+        assert outcome.timed_out
+        assert _children() <= before
+
+
+def test_a_limit_that_strikes_while_a_child_is_reaped_leaves_no_zombie(monkeypatch):
+    real_waitpid = os.waitpid
+
+    def slow_waitpid(pid, options):
+        time.sleep(0.3)  # a large process takes a while to tear down after SIGKILL (as in CI's workers)
+        return real_waitpid(pid, options)
+
+    before = _children()
+    monkeypatch.setattr(os, "waitpid", slow_waitpid)
+    try:
+        outcome = guard.call(lambda: call_forked(_sleeping_threads, 60), timeout=0.1)
+    finally:
+        monkeypatch.undo()
+        left = _children() - before
+        for pid in left:  # do not hand a zombie (or a running child) to the tests after this one
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    assert outcome.timed_out
+    assert not left, f"the check left {len(left)} child process(es) behind"
+
+
+def test_a_limit_that_expires_in_a_held_section_waits_for_its_end():
+    done = []
+
+    def body():
+        with guard.held():  # e.g. reaping a killed child
+            time.sleep(0.4)  # longer than the limit: the timer fires in here and must not raise
+            done.append("held section finished")
+        while True:
+            time.sleep(0.01)  # the limit ends this loop
+
+    start = time.monotonic()
+    outcome = guard.call(body, timeout=0.1)
+    assert outcome.timed_out and done == ["held section finished"]
+    assert time.monotonic() - start < 2
+
+
+def test_ctrl_c_in_a_held_section_is_raised_at_its_end():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a background run ignores SIGINT
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with guard.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                done.append("held section finished")
+        assert done == ["held section finished"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # its own handler is gone
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_grandchild_dies_with_the_child_that_would_have_killed_it():

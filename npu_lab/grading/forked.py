@@ -18,11 +18,9 @@ Checked with torch 2.13 on Linux. Without ``fork`` (Windows) the piece runs in t
 
 from __future__ import annotations
 
-import contextlib
 import marshal
 import os
 import select
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -189,14 +187,22 @@ def call_forked(fn: Callable[[], Any], timeout: float) -> Any:
     if not hasattr(os, "fork"):
         return fn()
     r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        _child(fn, w)
-    os.close(w)
+    pid = -1
     chunks: list[bytes] = []
     reaped = False
     try:
+        # The check's limit (or a Ctrl-C) that strikes while the child is forked, or killed and reaped below,
+        # waits until that is done: it could otherwise leave the child running, or a zombie.
+        with guard.held():
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(w)
+                raise
+            if pid == 0:
+                os.close(r)
+                _child(fn, w)
+            os.close(w)
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
@@ -211,10 +217,8 @@ def call_forked(fn: Callable[[], Any], timeout: float) -> Any:
         reaped = True
     finally:
         os.close(r)
-        if not reaped:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+        if pid > 0 and not reaped:
+            guard.kill_and_reap(pid)
     if os.WIFSIGNALED(status) or not chunks:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
         raise ChildError(f"the process running your code died ({how}) before it could report")

@@ -38,7 +38,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,7 +123,35 @@ def _expired() -> _Deadline | None:
 
 
 def _in_guard(frame: Any) -> bool:
-    return frame is not None and frame.f_code.co_filename == _THIS_FILE
+    return _held > 0 or (frame is not None and frame.f_code.co_filename == _THIS_FILE)
+
+
+_held = 0  # how many held() sections the check is in
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """A piece of the check's own work that must not be cut short: killing and reaping a child process.
+
+    A time limit that expires inside waits (its timer fires again right after); a ``KeyboardInterrupt``
+    (Ctrl-C, in the main thread) is raised when the section ends. Without this, a limit that struck while
+    a killed child was being reaped left it behind as a zombie.
+    """
+    global _held
+    hits: list[int] = []
+    previous = None
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if hits:
+        raise KeyboardInterrupt
 
 
 def _arm() -> None:
@@ -298,8 +326,9 @@ def _start_watchdog() -> None:
 def _forget_limits_in_child() -> None:
     """In a forked child: the parent's limits, their timer and watchdog thread did not come along (and the
     lock may have been held by a thread that did not either): start with none."""
-    global _lock, _active, _watchdog, _wake, _saved_hooks
+    global _lock, _active, _watchdog, _wake, _saved_hooks, _held
     _lock, _active, _watchdog, _wake, _saved_hooks = threading.RLock(), [], None, threading.Event(), None
+    _held = 0
 
 
 if hasattr(os, "register_at_fork"):
@@ -628,29 +657,19 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
     if not hasattr(os, "fork") or timeout <= 0:
         return None
     r, w = os.pipe()
-    try:
-        pid = os.fork()
-    except OSError:
-        os.close(r)
-        os.close(w)
-        return None
-    if pid == 0:  # the child: no output, no Jupyter sockets, no handlers of the parent
-        try:
-            os.close(r)
-            become_child()
-            sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process ends below
-            signal.alarm(int(timeout) + 5)  # a backstop: the parent kills it first
-            try:
-                fn()
-            except BaseException:  # noqa: BLE001 - the parent runs it again and reports the error
-                pass
-            os.write(w, b"done")
-        finally:
-            os._exit(0)
-    os.close(w)
-    start = time.monotonic()
+    pid = -1
     reaped = False
     try:
+        with held():  # a Ctrl-C that comes now is raised once the child is known (the cleanup below covers it)
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(w)
+                return None
+            if pid == 0:  # the child: no output, no Jupyter sockets, no handlers of the parent
+                _probe_child(fn, w, timeout)
+            os.close(w)
+        start = time.monotonic()
         ready = False
         while True:
             left = timeout - (time.monotonic() - start)
@@ -673,8 +692,7 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
                                      "process, so your notebook's kernel is still alive.")
             return None
         computing = _cpu_seconds(pid) >= 0.2 * timeout or _running(pid)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+        kill_and_reap(pid)
         reaped = True
         if computing:  # it was computing, not blocked: a loop that does not end
             exc = CheckTimeout(f"your code ran longer than {timeout:g} s (an infinite loop?)")
@@ -684,10 +702,30 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
         return None  # blocked, not computing: the fork itself may be the reason; let the process decide
     finally:
         os.close(r)
-        if not reaped:  # interrupted (the whole check ran out of time): do not leave the child running
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+        if pid > 0 and not reaped:  # interrupted (Ctrl-C): do not leave the child running
+            kill_and_reap(pid)
+
+
+def _probe_child(fn: Callable[[], Any], w: int, timeout: float) -> None:
+    """The child's side of :func:`probe`: run ``fn`` quietly, say "done" through ``w``; never returns."""
+    try:
+        become_child()
+        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the process ends below
+        signal.alarm(int(timeout) + 5)  # a backstop: the parent kills it first
+        try:
+            fn()
+        except BaseException:  # noqa: BLE001 - the parent runs it again and reports the error
+            pass
+        os.write(w, b"done")
+    finally:
+        os._exit(0)
+
+
+def kill_and_reap(pid: int) -> None:
+    """Kill the child process ``pid`` and wait for it, whatever interrupts (see :func:`held`)."""
+    with held(), contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def calls_compiled_code(obj: Any, depth: int = 6) -> bool:
