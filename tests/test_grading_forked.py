@@ -153,6 +153,21 @@ def test_a_limit_that_strikes_while_a_child_is_reaped_leaves_no_zombie(monkeypat
     assert not left, f"the check left {len(left)} child process(es) behind"
 
 
+def test_a_limit_that_expires_while_it_is_being_set_up_is_not_left_behind(monkeypatch):
+    # The limit's set-up starts the watchdog thread (threading's code, where the limit can already raise).
+    # A limit that expired there stayed on the list of active limits: every later call then raised its
+    # timeout out of guard.call, which never raises (seen under load, with very short limits).
+    def slow_start():
+        time.sleep(0.05)  # the 1 ms limit expires in here
+
+    monkeypatch.setattr(guard, "_start_watchdog", slow_start)
+    outcome = guard.call(lambda: None, timeout=0.001)
+    monkeypatch.undo()
+    assert outcome.timed_out
+    assert not guard._active, "a limit stayed active after its call returned"
+    assert guard.call(lambda: 42, timeout=1.0).value == 42
+
+
 def test_a_limit_that_expires_in_a_held_section_waits_for_its_end():
     done = []
 

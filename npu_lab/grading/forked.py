@@ -216,9 +216,7 @@ def call_forked(fn: Callable[[], Any], timeout: float) -> Any:
         _, status = os.waitpid(pid, 0)
         reaped = True
     finally:
-        os.close(r)
-        if pid > 0 and not reaped:
-            guard.kill_and_reap(pid)
+        guard.end_child(pid, r, reaped)  # first statement: nothing may run before it (see guard.held)
     if os.WIFSIGNALED(status) or not chunks:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
         raise ChildError(f"the process running your code died ({how}) before it could report")

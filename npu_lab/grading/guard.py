@@ -25,6 +25,7 @@ Every call into the learner's code goes through :func:`call`. It
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import ctypes
 import faulthandler
@@ -38,7 +39,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,32 +127,42 @@ def _in_guard(frame: Any) -> bool:
     return _held > 0 or (frame is not None and frame.f_code.co_filename == _THIS_FILE)
 
 
-_held = 0  # how many held() sections the check is in
+_held = 0  # how many held sections the check is in
+_MAIN_THREAD = threading.main_thread().ident
 
 
-@contextlib.contextmanager
-def held() -> Iterator[None]:
-    """A piece of the check's own work that must not be cut short: killing and reaping a child process.
+class held:
+    """``with held(): ...``: a piece of the check's own work that must not be cut short (forking a child
+    process, killing and reaping it).
 
     A time limit that expires inside waits (its timer fires again right after); a ``KeyboardInterrupt``
-    (Ctrl-C, in the main thread) is raised when the section ends. Without this, a limit that struck while
-    a killed child was being reaped left it behind as a zombie.
+    (Ctrl-C, in the main thread) is raised when the section ends. Without this, a limit that struck while a
+    killed child was being reaped left it behind. Written as a class in this module, so that no frame of
+    another module runs between the ``with`` and the section's start (a limit raises in any such frame).
     """
-    global _held
-    hits: list[int] = []
-    previous = None
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
-    _held += 1
-    try:
-        yield
-    finally:
+
+    def __init__(self) -> None:
+        self._hits: list[int] = []
+        self._previous: Any = None
+
+    def __enter__(self) -> None:
+        global _held
+        _held += 1  # first: from here on no limit raises
+        if _thread.get_ident() == _MAIN_THREAD and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            with contextlib.suppress(ValueError):
+                self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self._hits.append(signum)
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        global _held
+        if self._previous is not None:
+            with contextlib.suppress(ValueError):
+                signal.signal(signal.SIGINT, self._previous)
         _held -= 1
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    if hits:
-        raise KeyboardInterrupt
+        if self._hits and kind is None:
+            raise KeyboardInterrupt
 
 
 def _arm() -> None:
@@ -169,6 +180,7 @@ def _on_alarm(signum: int, frame: Any) -> None:
         _arm()
         return
     if _in_guard(frame):  # the check's own bookkeeping: let it finish, the timer fires again
+        d.last_fired = time.monotonic()  # the timer works: no need for the watchdog to step in
         return
     now = time.monotonic()
     if d.fired and now - d.at < LIBRARY_GRACE and not (frame is not None and _escalates(frame.f_code.co_filename)):
@@ -326,9 +338,9 @@ def _start_watchdog() -> None:
 def _forget_limits_in_child() -> None:
     """In a forked child: the parent's limits, their timer and watchdog thread did not come along (and the
     lock may have been held by a thread that did not either): start with none."""
-    global _lock, _active, _watchdog, _wake, _saved_hooks, _held
+    global _lock, _active, _watchdog, _wake, _saved_hooks, _held, _MAIN_THREAD
     _lock, _active, _watchdog, _wake, _saved_hooks = threading.RLock(), [], None, threading.Event(), None
-    _held = 0
+    _held, _MAIN_THREAD = 0, _thread.get_ident()
 
 
 if hasattr(os, "register_at_fork"):
@@ -363,8 +375,12 @@ class time_limit:
             _active.append(d)
             _arm()
         self.deadline = d
-        _start_watchdog()
-        _wake.set()
+        try:  # threading's code runs here, where a limit (this one, or an enclosing one) can raise
+            _start_watchdog()
+            _wake.set()
+        except BaseException:
+            self.__exit__()  # the with block is not entered: take the deadline off the list again
+            raise
         return d
 
     def __exit__(self, *exc: object) -> None:
@@ -692,7 +708,7 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
                                      "process, so your notebook's kernel is still alive.")
             return None
         computing = _cpu_seconds(pid) >= 0.2 * timeout or _running(pid)
-        kill_and_reap(pid)
+        end_child(pid)
         reaped = True
         if computing:  # it was computing, not blocked: a loop that does not end
             exc = CheckTimeout(f"your code ran longer than {timeout:g} s (an infinite loop?)")
@@ -701,9 +717,7 @@ def probe(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT) -> Outcome | 
                                                 "so the check ran it in a separate process and ended that)")
         return None  # blocked, not computing: the fork itself may be the reason; let the process decide
     finally:
-        os.close(r)
-        if pid > 0 and not reaped:  # interrupted (Ctrl-C): do not leave the child running
-            kill_and_reap(pid)
+        end_child(pid, r, reaped)  # interrupted (Ctrl-C): do not leave the child running
 
 
 def _probe_child(fn: Callable[[], Any], w: int, timeout: float) -> None:
@@ -721,11 +735,19 @@ def _probe_child(fn: Callable[[], Any], w: int, timeout: float) -> None:
         os._exit(0)
 
 
-def kill_and_reap(pid: int) -> None:
-    """Kill the child process ``pid`` and wait for it, whatever interrupts (see :func:`held`)."""
-    with held(), contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
+def end_child(pid: int, fd: int | None = None, reaped: bool = False) -> None:
+    """Close ``fd`` and, unless it was ``reaped``, kill the child process ``pid`` and wait for it.
+
+    Nothing interrupts this (see :class:`held`): call it as the first statement of a ``finally``.
+    """
+    with held():
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if pid > 0 and not reaped:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
 
 
 def calls_compiled_code(obj: Any, depth: int = 6) -> bool:
