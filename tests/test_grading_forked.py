@@ -180,7 +180,7 @@ def test_a_limit_that_expires_in_a_held_section_waits_for_its_end():
 
     start = time.monotonic()
     outcome = guard.call(body, timeout=0.1)
-    assert outcome.timed_out and done == ["held section finished"]
+    assert outcome.timed_out and done == ["held section finished"] and guard._held == 0
     assert time.monotonic() - start < 2
 
 
@@ -195,6 +195,7 @@ def test_ctrl_c_in_a_held_section_is_raised_at_its_end():
                 done.append("held section finished")
         assert done == ["held section finished"]
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # its own handler is gone
+        assert guard._held == 0  # limits work again
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -148,19 +148,26 @@ class held:
     def __enter__(self) -> None:
         global _held
         _held += 1  # first: from here on no limit raises
-        if _thread.get_ident() == _MAIN_THREAD and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            with contextlib.suppress(ValueError):
-                self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            if _thread.get_ident() == _MAIN_THREAD and \
+                    signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                with contextlib.suppress(ValueError):
+                    self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        except BaseException:  # a Ctrl-C just before the handler was swapped: the section never began
+            _held -= 1
+            raise
 
     def _on_sigint(self, signum: int, frame: Any) -> None:
         self._hits.append(signum)
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         global _held
-        if self._previous is not None:
-            with contextlib.suppress(ValueError):
-                signal.signal(signal.SIGINT, self._previous)
-        _held -= 1
+        try:
+            if self._previous is not None:
+                with contextlib.suppress(ValueError):
+                    signal.signal(signal.SIGINT, self._previous)
+        finally:
+            _held -= 1  # whatever happens, limits work again after the section
         if self._hits and kind is None:
             raise KeyboardInterrupt
 
