@@ -5,6 +5,11 @@
   number stays visible and small.
 * Test files run longest first (``tests/durations.json``), so ``./run test``'s
   workers finish together.
+* With ``NPU_LAB_NOTEBOOK_CPU=varied`` (what ``./run test`` sets unless told otherwise), the kernels
+  nbval starts for chapters/ and solutions/ run other CPU code paths than the machine's own
+  (:data:`VARIED_CPU`): the committed outputs were made with the machine's own, so a compared
+  output that depends on the CPU (rounding noise, a thread count) fails here, not on a learner's
+  machine.
 """
 
 from __future__ import annotations
@@ -19,6 +24,33 @@ import nbformat
 import pytest
 
 os.environ["NPU_LAB_HOME"] = tempfile.mkdtemp(prefix="npu_lab_home_")
+
+#: Other CPU code paths for the notebooks: numba's generic CPU model instead of this CPU's (another
+#: instruction schedule and vector cost model), ATen's plain C++ kernels instead of its AVX2/AVX-512
+#: ones, 3 threads for the npu's kernels and 1 for torch's (CI's machine has 2 cores; a learner's laptop
+#: may have 8).
+VARIED_CPU = {"NUMBA_CPU_NAME": "generic", "ATEN_CPU_CAPABILITY": "default", "NUMBA_NUM_THREADS": "3",
+              "OMP_NUM_THREADS": "1"}
+
+
+def _vary_notebook_cpu() -> None:
+    """Start nbval's kernels with :data:`VARIED_CPU` in their environment (not this process's)."""
+    import nbval.kernel
+
+    start = nbval.kernel.start_new_kernel
+    if getattr(start, "_npu_lab_varied", False):
+        return
+
+    def start_new_kernel(*args, **kwargs):
+        kwargs["env"] = {**os.environ, **VARIED_CPU}
+        return start(*args, **kwargs)
+
+    start_new_kernel._npu_lab_varied = True  # type: ignore[attr-defined]
+    nbval.kernel.start_new_kernel = start_new_kernel
+
+
+if os.environ.get("NPU_LAB_NOTEBOOK_CPU") == "varied":
+    _vary_notebook_cpu()
 
 _IGNORE_MARKERS = ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP")
 _IGNORE_TAGS = {"nbval-ignore-output", "nbval-skip"}
@@ -90,3 +122,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     ignored, total, where = uncompared_cells(paths)
     terminalreporter.write_line(
         f"nbval: {ignored} of {total} code cells in {len(paths)} notebooks are not compared: {', '.join(where)}")
+    if os.environ.get("NPU_LAB_NOTEBOOK_CPU") == "varied":
+        terminalreporter.write_line("nbval: the notebooks ran with other CPU code paths than this machine's: "
+                                    + " ".join(f"{k}={v}" for k, v in VARIED_CPU.items()))

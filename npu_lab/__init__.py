@@ -32,6 +32,7 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from . import _torch_private
 
     _torch_private.keep_dynamo_out_of_the_runtime()
+    _torch_private.key_inductor_cache_by_cpu()
 
     from .device.clock import CostModel, cost_model
     from .device.fallback import cpu_fallback_enabled, set_cpu_fallback

@@ -217,3 +217,43 @@ def provide_c_functions(functions: dict[str, Any]) -> None:
     for name, fn in functions.items():
         if not hasattr(torch._C, name):
             setattr(torch._C, name, fn)
+
+
+def cpu_identity() -> str:
+    """A short name for the code this CPU runs: architecture, ATen's kernel level, LLVM's CPU and features.
+
+    Two machines (or two settings of ``ATEN_CPU_CAPABILITY`` / ``NUMBA_CPU_NAME``) that would compile
+    different machine code get different names.
+    """
+    import hashlib
+    import platform
+
+    import numba
+    from llvmlite import binding
+
+    cpu = numba.config.CPU_NAME or binding.get_host_cpu_name()
+    features = numba.config.CPU_FEATURES or binding.get_host_cpu_features().flatten()
+    digest = hashlib.sha1(f"{cpu}|{features}".encode()).hexdigest()[:8]
+    return f"{platform.machine()}-{torch.backends.cpu.get_cpu_capability().lower()}-{digest}"
+
+
+def key_inductor_cache_by_cpu() -> None:
+    """Give TorchInductor's on-disk cache a folder per CPU identity, unless the user chose one (torch 2.13).
+
+    Inductor caches generated C++ (vectorised for the CPU it found) under a key that does not name the
+    CPU's vector instructions: a cache filled on an AVX2 machine, or before ``ATEN_CPU_CAPABILITY``
+    changed, hands vector code to a build without the vector headers ("'at::vec' has not been
+    declared"), and a kernel built with ``-march=native`` on one CPU may not run on another (a cache in
+    a Docker image built on one node and run on another). A ``TORCHINDUCTOR_CACHE_DIR`` the user set is
+    left alone; torch itself sets it to its default folder once Inductor is imported, and that one gets
+    the CPU's folder below it (Inductor reads the variable again for every compile).
+    """
+    import os
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    default = os.path.abspath(default_cache_dir())
+    chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if chosen and os.path.abspath(chosen) != default:
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(default, cpu_identity())

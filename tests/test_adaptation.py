@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 
 import npu_lab
@@ -17,6 +19,18 @@ def test_verify_passes_for_a_correct_model_and_reports_every_gradient():
     assert all(p.device.type == "cpu" for p in m.parameters())  # the model is copied, not moved
 
 
+def test_verify_prints_no_rounding_noise_for_tensors_within_tolerance():
+    """A correct model's errors are float32 rounding noise whose digits differ between CPUs: its printout (and
+    so a notebook's compared output) shows the tolerance met, not the digits; errors() has the figures."""
+    torch.manual_seed(0)
+    m = models.SmallCNN()
+    v = npu_lab.verify(m, models.example_batch(m, 2)[0])
+    assert v.ok
+    number = re.compile(r"\d\.\d+e[-+]\d+")
+    assert not number.search(str(v)) and not number.search(v._repr_html_())
+    assert number.search(v.errors()) and len(v.errors().splitlines()) == 1 + len(v.tensors)
+
+
 def test_verify_fails_when_the_npu_result_is_wrong():
     class Skewed(torch.nn.Module):
         def forward(self, x):
@@ -24,6 +38,7 @@ def test_verify_fails_when_the_npu_result_is_wrong():
 
     v = npu_lab.verify(Skewed(), torch.ones(3, 4), backward=False)
     assert not v.ok and v.worst.max_abs > 5e-4 and "FAIL" in str(v)
+    assert f"{v.worst.max_abs:.2e}" in str(v)  # a failure's figures carry information: they are shown
 
 
 def test_readiness_measures_every_item():

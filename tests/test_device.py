@@ -143,3 +143,21 @@ def test_backward_runs_on_the_calling_thread():
     assert seen == [True]
     torch.testing.assert_close(x.grad.cpu(), torch.full((4,), 2.0))
     assert not torch.autograd.is_multithreading_enabled()
+
+
+def test_npu_kernels_leave_torchs_cpu_thread_count_alone():
+    """numba's OpenMP pool, started by the first parallel npu kernel, used to set torch's thread count to its
+    own (NUMBA_NUM_THREADS); npu_lab starts it at import and puts torch's count back."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, torch, numba, npu_lab\n"
+            "before = torch.get_num_threads()\n"
+            "x = torch.randn(512, 512, device='npu'); (x @ x).sum().item(); (x * 2).sum().item()\n"
+            "print(json.dumps([before, torch.get_num_threads(), numba.get_num_threads()]))")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "3"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [1, 1, 3]

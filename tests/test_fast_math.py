@@ -1,4 +1,5 @@
-"""The vectorisable float32 exp/tanh/sigmoid/erf that generated kernels call, against PyTorch's CPU."""
+"""The vectorisable float32 exp/tanh/sigmoid/erf that generated kernels call, against the exact values and
+PyTorch's CPU."""
 
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("which,ref", CASES, ids=["exp", "tanh", "sigmoid"])
-def test_float32_within_two_ulps_of_torch(which, ref):
+def test_float32_within_two_ulps_of_the_exact_value(which, ref):
+    """Against the float64 value rounded to float32, not against torch's float32 kernels: those are 1-3 ulps
+    from it themselves, and which ulps depends on the CPU (torch's AVX2 sigmoid is 2 ulps from this one, its
+    plain C++ one 3 ulps)."""
     x = _inputs(np.float32)
     out = np.empty_like(x)
     _apply(which, x, out)
@@ -51,7 +55,13 @@ def test_float32_within_two_ulps_of_torch(which, ref):
     assert np.array_equal(np.isnan(out), np.isnan(want))
     assert np.array_equal(out[np.isinf(want)], want[np.isinf(want)])
     assert np.array_equal(np.signbit(out[want == 0]), np.signbit(want[want == 0]))
-    assert _ulps(out, want) <= 2.0
+    exact = ref(torch.from_numpy(x).double()).float().numpy()
+    tiny = np.finfo(np.float32).tiny
+    normal = np.isfinite(exact) & (np.abs(exact) >= tiny)
+    assert _ulps(out[normal], exact[normal]) <= 2.0
+    # below the normal range an ulp is a fixed step: within one of the smallest normal number
+    small = np.isfinite(exact) & ~normal
+    assert np.all(np.abs(out[small].astype(np.float64) - exact[small]) <= tiny)
 
 
 @pytest.mark.parametrize("which,ref", CASES, ids=["exp", "tanh", "sigmoid"])

@@ -45,6 +45,7 @@ echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)
 kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
 
 start=$SECONDS
-NPU_LAB_FRESH_CHECK=1 NPU_LAB_TEST_WORKERS=0 ./run test "$@"
+# The inner run's notebooks run on this machine's own CPU code paths (the outer run varies them).
+NPU_LAB_FRESH_CHECK=1 NPU_LAB_TEST_WORKERS=0 NPU_LAB_NOTEBOOK_CPU=plain ./run test "$@"
 echo "fresh-machine check: ./run test${*:+ $*} passed in $((SECONDS - start)) s"
 echo "fresh-machine check: OK"

@@ -94,7 +94,10 @@ def readiness(model: torch.nn.Module, *inputs: torch.Tensor, compile: bool = Tru
 
     check = verify(model, *inputs)
     report.items.append(Item("results match the CPU", OK if check.ok else TODO,
-                             f"{len(check.tensors)} outputs and gradients; worst max|d| {check.worst.max_abs:.1e}"))
+                             f"{len(check.tensors)} outputs and gradients, " + (
+                                 f"each within {check.tolerance()}" if check.ok else
+                                 f"{len(check.failed)} beyond {check.tolerance()} (worst: {check.worst.name} "
+                                 f"max|d| {check.worst.max_abs:.1e})")))
 
     names = {op.split("::")[-1].split(".")[0] for op in cov.native}
     tested = sorted(n for n in names if _opinfo_name(n, CLAIMED_OPINFOS))

@@ -4,7 +4,9 @@ The runtime is compiled on this machine by ``torch.utils.cpp_extension`` against
 the installed PyTorch, the first time ``npu_lab`` is imported (or by
 ``python -m npu_lab build``, which the set-up scripts run). The build lives in
 the lab's cache (``~/.cache/npu_lab/native``, or ``$NPU_LAB_CACHE_DIR``), keyed
-by the PyTorch and Python versions; a hash of the sources decides whether it is
+by the PyTorch and Python versions and the machine's architecture (a home directory
+shared by an x86-64 and an ARM machine keeps one build for each); a hash of the
+sources and the compiler decides whether it is
 up to date, so an edit to any file in ``csrc/`` rebuilds what changed (ninja
 recompiles only the files that need it) and an unchanged tree loads in
 milliseconds.
@@ -20,7 +22,9 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import platform
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
@@ -46,10 +50,11 @@ def sources() -> list[Path]:
 
 
 def source_hash() -> str:
-    """A hash of every source and header, the compiler flags and the PyTorch version."""
+    """A hash of every source and header, the compiler (its version) and flags, and the PyTorch version."""
     h = hashlib.sha1()
     h.update(torch.__version__.encode())
     h.update(" ".join(CFLAGS).encode())
+    h.update(_compiler_version().encode())
     for path in sorted([*CSRC.rglob("*.cpp"), *CSRC.rglob("*.h")]):
         h.update(str(path.relative_to(CSRC)).encode())
         h.update(path.read_bytes())
@@ -59,7 +64,7 @@ def source_hash() -> str:
 def build_directory() -> Path:
     """Where the runtime is built and cached."""
     root = os.environ.get("NPU_LAB_CACHE_DIR") or os.path.join(Path.home(), ".cache", "npu_lab")
-    tag = f"torch{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}"
+    tag = f"torch{torch.__version__.replace('+', '_')}-{sys.implementation.cache_tag}-{platform.machine()}"
     return Path(root) / "native" / tag
 
 
@@ -69,6 +74,21 @@ def compiler() -> str | None:
     if cxx:
         return shutil.which(cxx)
     return shutil.which("c++")
+
+
+_compiler_versions: dict[str | None, str] = {}
+
+
+def _compiler_version() -> str:
+    """The first line of ``c++ --version`` (empty when there is no compiler): a new compiler rebuilds."""
+    cxx = compiler()
+    if cxx not in _compiler_versions:
+        try:
+            out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout if cxx else ""
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        _compiler_versions[cxx] = out.splitlines()[0] if out else ""
+    return _compiler_versions[cxx]
 
 
 def library_path() -> Path:
@@ -140,7 +160,13 @@ def load() -> ModuleType:
         return _module
     if not is_built():
         build()
-    _module = _import(library_path())
+    try:
+        _module = _import(library_path())
+    except ImportError:
+        # A build this machine cannot load (made elsewhere, against another C library): build it here.
+        (build_directory() / f"{NAME}.sha1").unlink(missing_ok=True)
+        build()
+        _module = _import(library_path())
     return _module
 
 

@@ -44,7 +44,24 @@ def register() -> None:
 
     fallback.install()
     run_backward_on_calling_thread()
+    start_kernel_threads()
     _registered = True
+
+
+def start_kernel_threads() -> None:
+    """Start numba's thread pool now, leaving torch's CPU thread count as it was.
+
+    The npu's parallel kernels run on numba's OpenMP pool (``NUMBA_NUM_THREADS`` threads, default: the
+    machine's cores). Starting that pool sets the thread count of the OpenMP runtime torch's CPU kernels
+    use too (checked with numba 0.61-0.68 and torch 2.13), so without this the first npu kernel of a
+    process would silently change ``torch.get_num_threads()`` whenever the two counts differ.
+    """
+    import numba.np.ufunc.parallel as numba_parallel
+
+    threads = torch.get_num_threads()
+    numba_parallel._launch_threads()
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def _register_device_interface(device_interface) -> None:

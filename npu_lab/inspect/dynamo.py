@@ -36,6 +36,9 @@ _GUARD = re.compile(r"^[|\s]*\+- (\w+): (.*?)(?:\s+#.*)?$")
 _MANAGER = re.compile(r"^[|\s]*\+- GuardManager: source=(.*?), accessed_by")
 
 
+_HOST_THREADS = re.compile(r'"num_threads":\s*\d+')
+
+
 @dataclass
 class Guard:
     kind: str  # TENSOR_MATCH, EQUALS_MATCH, TYPE_MATCH, GLOBAL_STATE, ...
@@ -72,7 +75,8 @@ def parse_guards(text: str) -> list[Guard]:
         if g and g.group(1) not in ("RootGuardManager",):
             while stack and stack[-1][0] >= depth:
                 stack.pop()
-            code = g.group(2).strip()
+            # The global-state guard records torch's CPU thread count: a fact of this machine, not of the program
+            code = _HOST_THREADS.sub('"num_threads":"<torch.get_num_threads() when compiled>"', g.group(2).strip())
             if stack:
                 source = stack[-1][1]
             else:  # the root's own guards; those naming a local or global are the shape env's size relations
