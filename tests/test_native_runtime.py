@@ -197,3 +197,18 @@ def test_the_pure_python_prototype_shows_the_limits_chapter_8_describes():
     assert "tied weights after .to(device): parameters     1 -> 2" in out, out
     assert "Could not run 'aten::add.out' with arguments from the 'proto' backend" in out, out
     assert run.returncode == -11, (run.returncode, run.stderr[-500:])  # UntypedStorage(16, device="proto"): SIGSEGV
+
+
+def test_a_build_interrupted_while_it_held_torchs_lock_file_does_not_hang_the_next():
+    """cpp_extension waits forever while its ``lock`` file exists; a build killed mid-way leaves it."""
+    import subprocess
+    import sys
+
+    native.build()  # up to date: ninja has nothing to do
+    stale = native.build_directory() / "lock"
+    stale.touch()
+    code = "from npu_lab.device import native; native.build(); print('built')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "built" in out.stdout
+    assert not stale.exists()

@@ -21,7 +21,10 @@ from collections.abc import Callable
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-_enabled = os.environ.get("PYTORCH_ENABLE_NPU_FALLBACK", "0") not in ("", "0", "false", "False")
+from .bare import BARE
+
+#: On a bare device (NPU_LAB_BARE=1) every operator that runs is one somebody registered: no CPU fallback.
+_enabled = not BARE and os.environ.get("PYTORCH_ENABLE_NPU_FALLBACK", "0") not in ("", "0", "false", "False")
 #: operator name -> number of times it fell back to the CPU.
 counts: Counter[str] = Counter()
 _warned: set[str] = set()
@@ -30,9 +33,24 @@ _lib: torch.library.Library | None = None
 
 
 def set_cpu_fallback(enabled: bool) -> None:
-    """Turn the CPU fallback for operators the NPU lacks on or off."""
+    """Turn the CPU fallback for operators the NPU lacks on or off (a bare device has none: it raises)."""
     global _enabled
+    if enabled and BARE:
+        raise RuntimeError("the bare npu device has no CPU fallback: every operator that runs on it is a kernel "
+                           "somebody registered (npu_lab.coverage(model) lists what a model still needs)")
     _enabled = bool(enabled)
+
+
+class listing_fallback:  # noqa: N801 - used like a function
+    """Let missing operators run on the CPU for a moment, to list them (``npu_lab.coverage`` on any device)."""
+
+    def __enter__(self) -> None:
+        global _enabled
+        self._was, _enabled = _enabled, True
+
+    def __exit__(self, *exc: object) -> None:
+        global _enabled
+        _enabled = self._was
 
 
 def cpu_fallback_enabled() -> bool:
@@ -79,25 +97,26 @@ def _npu_device(values: object) -> torch.device:
     return torch.device("npu", torch.npu.current_device())
 
 
-def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object) -> object:
-    name = op_name(op)
-    if not _enabled:
-        raise NotImplementedError(not_implemented_message(name))
-    counts[name] += 1
-    for fn in listeners:
-        fn(name)
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(
-            f"The operator '{name}' is not implemented for npu and will fall back to run on "
-            "the CPU. This may have performance implications.",
-            UserWarning,
-            stacklevel=3,
-        )
+def _cpu_equivalent(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """Run ``op`` on CPU arguments; the ``*_overrideable`` hooks a new backend implements (the CPU has none)
+    run as the operator they stand for."""
+    aten = torch.ops.aten
+    if op is aten.convolution_overrideable.default:
+        return aten.convolution.default(*args, **kwargs)
+    if op is aten.convolution_backward_overrideable.default:
+        grad, x, w, stride, padding, dilation, transposed, output_padding, groups, mask = args
+        channels = w.shape[1] * groups if transposed else w.shape[0]
+        return aten.convolution_backward.default(grad, x, w, [channels], stride, padding, dilation, transposed,
+                                                  output_padding, groups, mask)
+    return op(*args, **kwargs)
+
+
+def run_on_cpu(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """Run ``op`` on CPU copies of its npu arguments; write back what it mutated; results back on the npu."""
     device = _npu_device((args, kwargs))
     cpu_args = tree_map(_to_cpu, args)
     cpu_kwargs = tree_map(_to_cpu, kwargs)
-    result = op(*cpu_args, **cpu_kwargs)
+    result = _cpu_equivalent(op, cpu_args, cpu_kwargs)
     # Write back arguments the operator mutated (in-place and out= forms).
     schema = op._schema
     mutated = {}
@@ -119,6 +138,24 @@ def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object)
         return x
 
     return tree_map(back, result)
+
+
+def _fallback_kernel(op: torch._ops.OpOverload, *args: object, **kwargs: object) -> object:
+    name = op_name(op)
+    if not _enabled:
+        raise NotImplementedError(not_implemented_message(name))
+    counts[name] += 1
+    for fn in listeners:
+        fn(name)
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(
+            f"The operator '{name}' is not implemented for npu and will fall back to run on "
+            "the CPU. This may have performance implications.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return run_on_cpu(op, args, kwargs)
 
 
 class NotHandled(Exception):  # noqa: N818 - a signal to the registry, not an error a user sees

@@ -18,6 +18,8 @@ the generator, the C++ kernels, autocast and the profiler plugin.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -27,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -123,7 +126,6 @@ def build(verbose: bool = False) -> Path:
     bindir = os.path.dirname(sys.executable)
     if bindir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    import numpy
     from torch.utils import cpp_extension
 
     directory = build_directory()
@@ -133,6 +135,33 @@ def build(verbose: bool = False) -> Path:
         print("npu-lab: building the native NPU runtime (first use or changed sources; about a minute)...",
               file=sys.stderr, flush=True)
     include = Path(torch.__file__).parent / "include"
+    with _builder_lock(directory):
+        _build_locked(cpp_extension, directory, include, verbose)
+    (directory / f"{NAME}.sha1").write_text(digest)
+    return library_path()
+
+
+@contextlib.contextmanager
+def _builder_lock(directory: Path) -> Iterator[None]:
+    """Hold an OS lock (released by the kernel when the process dies) while this process builds.
+
+    torch.utils.cpp_extension marks a build with a ``lock`` file and waits, without end, while one
+    exists; a build interrupted at the wrong moment (Ctrl-C, a killed notebook kernel) leaves the file
+    behind and every later import would hang. Whoever holds this lock is the only builder, so a
+    ``lock`` file found then is stale and removed.
+    """
+    with open(directory / "builder.flock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        (directory / "lock").unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build_locked(cpp_extension: ModuleType, directory: Path, include: Path, verbose: bool) -> None:
+    import numpy
+
     try:
         cpp_extension.load(
             name=NAME,
@@ -146,8 +175,6 @@ def build(verbose: bool = False) -> Path:
         )
     except (RuntimeError, OSError, ImportError) as exc:
         raise BuildError(f"building npu_lab's native runtime failed: {exc}") from exc
-    (directory / f"{NAME}.sha1").write_text(digest)
-    return library_path()
 
 
 def load() -> ModuleType:

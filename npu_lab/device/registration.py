@@ -26,9 +26,11 @@ def register() -> None:
         raise RuntimeError(
             f"PrivateUse1 is already claimed by the '{name}' backend; npu-lab cannot register 'npu'"
         )
-    from . import native
+    from . import bare, native
 
-    native.load()
+    runtime = native.load()
+    if not bare.BARE:
+        runtime.register_compute_kernels()  # the C++ sparse and quantized kernels; a bare device has none
     if name == "privateuseone":
         torch.utils.rename_privateuse1_backend("npu")
     from . import module
@@ -56,8 +58,17 @@ def start_kernel_threads() -> None:
     use too (checked with numba 0.61-0.68 and torch 2.13), so without this the first npu kernel of a
     process would silently change ``torch.get_num_threads()`` whenever the two counts differ.
     """
+    import os
+
+    import numba
     import numba.np.ufunc.parallel as numba_parallel
 
+    from .bare import BARE
+
+    if BARE and numba_parallel._is_initialized is False and not os.environ.get("NUMBA_THREADING_LAYER"):
+        # the bring-up checks run the learner's kernels in a forked child (killed when it hangs); GNU OpenMP
+        # refuses to run after a fork, numba's own workqueue pool does not
+        numba.config.THREADING_LAYER = "workqueue"
     threads = torch.get_num_threads()
     numba_parallel._launch_threads()
     if torch.get_num_threads() != threads:
@@ -92,7 +103,15 @@ def run_backward_on_calling_thread() -> None:
     torch.autograd.set_multithreading_enabled(False)
     global _engine_started
     if not _engine_started:
-        torch.ones((), requires_grad=True).backward()
+        from . import bare, native
+
+        runtime = native.load()
+        # a bare device: autograd's engine starts without device threads, so forked children can run backward
+        runtime.hide_devices_from_autograd(bare.BARE)
+        try:
+            torch.ones((), requires_grad=True).backward()
+        finally:
+            runtime.hide_devices_from_autograd(False)
         _engine_started = True
 
 

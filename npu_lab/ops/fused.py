@@ -28,13 +28,14 @@ import torch
 from ..kernels import loss as lk
 from ..kernels import matmul as mk
 from ..kernels.threads import sized
+from . import registry
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .conv import conv_traffic
 from .linalg import tiles
 from .losses import MEAN, NONE, _nll_inputs, nll_reduce, raise_bad_target
 
 
-@torch.library.custom_op("npu::linear_relu", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::linear_relu")
 def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """relu(x @ weight.T + bias) with the bias and ReLU fused into the matmul."""
     check_same_device("npu::linear_relu", x, weight, bias)
@@ -77,7 +78,7 @@ def _linear_relu_backward(ctx, grad):
 linear_relu.register_autograd(_linear_relu_backward, setup_context=_linear_relu_setup)
 
 
-@torch.library.custom_op("npu::fused_attention", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::fused_attention")
 def fused_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None,
                     is_causal: bool, scale: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Scaled-dot-product attention in one kernel: returns (output, logsumexp)."""
@@ -131,7 +132,7 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 __all__ = ["fused_attention", "linear_relu", "scaled_dot_product_attention"]
 
 
-@torch.library.custom_op("npu::conv_bn_relu", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::conv_bn_relu")
 def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, bn_weight: torch.Tensor | None,
                  bn_bias: torch.Tensor | None, running_mean: torch.Tensor, running_var: torch.Tensor, eps: float,
                  stride: list[int], padding: list[int], dilation: list[int], groups: int,
@@ -181,7 +182,7 @@ def _(x, weight, bias, bn_weight, bn_bias, running_mean, running_var, eps, strid
     return x.new_empty((x.shape[0], weight.shape[0], ho, wo))
 
 
-@torch.library.custom_op("npu::log_softmax_nll", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::log_softmax_nll")
 def log_softmax_nll(x: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, reduction: int,
                     ignore_index: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy's forward in one kernel: (log_softmax(x, 1), loss, total weight).
@@ -208,7 +209,7 @@ def _(x, target, weight, reduction, ignore_index):
     return x.new_empty(x.shape), loss, x.new_empty(())
 
 
-@torch.library.custom_op("npu::log_softmax_nll_backward", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::log_softmax_nll_backward")
 def log_softmax_nll_backward(grad: torch.Tensor, logp: torch.Tensor, target: torch.Tensor,
                              weight: torch.Tensor | None, reduction: int, ignore_index: int,
                              total_weight: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ import torch
 from ..kernels import conv as ck
 from ..kernels import conv_nhwc as nk
 from ..kernels import matmul as mk
+from . import registry
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .conv import _pair, conv_traffic
 from .linalg import tiles
@@ -115,7 +116,7 @@ def _weight_rows(weight: np.ndarray) -> np.ndarray:
 
 # --- conv2d_nhwc ------------------------------------------------------------------------
 
-@torch.library.custom_op("npu::conv2d_nhwc", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::conv2d_nhwc")
 def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
                 padding: list[int], dilation: list[int], groups: int) -> torch.Tensor:
     """2-D convolution of an NHWC input ``(N, H, W, Cin)``; returns ``(N, Ho, Wo, Cout)`` contiguous.
@@ -165,7 +166,7 @@ conv2d_nhwc.register_autograd(_conv2d_nhwc_backward, setup_context=_conv2d_nhwc_
 
 # --- conv_bn_relu_nhwc ------------------------------------------------------------------
 
-@torch.library.custom_op("npu::conv_bn_relu_nhwc", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::conv_bn_relu_nhwc")
 def conv_bn_relu_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                       bn_weight: torch.Tensor | None, bn_bias: torch.Tensor | None, running_mean: torch.Tensor,
                       running_var: torch.Tensor, eps: float, stride: list[int], padding: list[int],
@@ -219,7 +220,7 @@ def _pool_geometry(x: torch.Tensor, kernel_size: list[int], stride: list[int], p
     return k, s, p, d, (x.shape[0], ho, wo, x.shape[3])
 
 
-@torch.library.custom_op("npu::max_pool2d_nhwc", mutates_args=(), device_types="npu")
+@registry.custom_op("npu::max_pool2d_nhwc")
 def max_pool2d_nhwc(x: torch.Tensor, kernel_size: list[int], stride: list[int], padding: list[int],
                     dilation: list[int], ceil_mode: bool) -> torch.Tensor:
     """``F.max_pool2d`` of an NHWC tensor ``(N, H, W, C)``; returns ``(N, Ho, Wo, C)`` contiguous."""

@@ -22,13 +22,16 @@ from collections.abc import Callable
 import torch
 from numba.core.errors import TypingError
 
-from ..device import fallback, native
+from ..device import bare, fallback, native
 from .precision import in_float32
 
 _C = native.load()
 
-#: qualified overload name ("aten::add.Tensor") -> Python kernel.
+#: qualified overload name ("aten::add.Tensor") -> Python kernel, for every kernel registered with the dispatcher.
 CLAIMED: dict[str, Callable] = {}
+#: On a bare device (``NPU_LAB_BARE=1``, :mod:`npu_lab.device.bare`): the kernels the lab ships but did not
+#: register (CLAIMED stays empty there). :func:`register_shipped` registers some of them on purpose.
+SHIPPED: dict[str, Callable] = {}
 #: overloads the native runtime registers from C++.
 NATIVE: tuple[str, ...] = tuple(_C.native_ops())
 
@@ -55,8 +58,11 @@ def register(*names: str) -> Callable[[Callable], Callable]:
         for name in names:
             qualified = name if "::" in name else f"aten::{name}"
             qualified = qualified.removesuffix(".default")
-            if qualified in CLAIMED:
+            if qualified in CLAIMED or qualified in SHIPPED:
                 raise RuntimeError(f"{qualified} registered twice for npu")
+            if bare.BARE:
+                SHIPPED[qualified] = fn
+                continue
             _impl(qualified, _profiled(qualified, in_float32(qualified, fn)))
             CLAIMED[qualified] = fn
         return fn
@@ -197,5 +203,69 @@ class without_kernels:  # noqa: N801 - used like a function, as torch.no_grad is
 
 
 def claimed_ops() -> list[str]:
-    """Sorted list of every ATen overload the NPU implements (numba kernels and the runtime's C++ ones)."""
+    """Sorted list of every ATen overload the NPU implements (numba kernels and the runtime's C++ ones).
+
+    On a bare device (``NPU_LAB_BARE=1``) only the runtime's own: the lab's kernels are not registered.
+    """
     return sorted({*CLAIMED, *NATIVE})
+
+
+def is_shipped_registration(qualified: str) -> bool:
+    """Is ``qualified``'s npu kernel registered now one of the lab's own (not the runtime's, not the learner's)?"""
+    qualified = qualified.removesuffix(".default")
+    if qualified in _libs:
+        return True
+    if bare.BARE:
+        return False
+    # the lab's fused operators (npu::...), FSDP2's copy kernels and the quantize kernel register outside _libs
+    return qualified.startswith(("npu::", "fsdp::")) or qualified == "aten::quantize_per_tensor"
+
+
+class register_shipped:  # noqa: N801 - used like a function
+    """On a bare device, register some of the lab's own kernels for a while (to compare with the learner's).
+
+    ``with register_shipped("aten::mm", "aten::addmm"):`` the learner's kernels for those operators (if any)
+    step aside and the shipped ones run; afterwards the learner's are back. The grading uses this to measure
+    a step with the shipped kernels beside the learner's.
+    """
+
+    def __init__(self, *names: str) -> None:
+        bare.require_bare("register_shipped")
+        self.names = [(n if "::" in n else f"aten::{n}").removesuffix(".default") for n in names]
+        unknown = [n for n in self.names if n not in SHIPPED]
+        if unknown:
+            raise KeyError(f"the lab ships no npu kernel for {', '.join(unknown)}")
+        self._aside: list[object] = []
+
+    def __enter__(self) -> register_shipped:
+        from ..bringup import library as learner
+
+        self._aside = learner.step_aside(self.names)
+        try:
+            for q in self.names:
+                _impl(q, _profiled(q, in_float32(q, SHIPPED[q])))
+                CLAIMED[q] = SHIPPED[q]
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from ..bringup import library as learner
+
+        for q in self.names:
+            lib = _libs.pop(q, None)
+            if lib is not None:
+                lib._destroy()
+            CLAIMED.pop(q, None)
+        learner.step_back(self._aside)
+        self._aside = []
+
+
+def custom_op(name: str, mutates_args: tuple = ()) -> Callable[[Callable], object]:
+    """``torch.library.custom_op(name, device_types="npu")`` for the lab's fused operators (``npu::...``).
+
+    On a bare device the operator is defined (its schema, and the fake implementation registered on the
+    result) with no kernel at all, so its name exists for graphs but nothing runs it on the npu.
+    """
+    return torch.library.custom_op(name, mutates_args=mutates_args, device_types=() if bare.BARE else "npu")

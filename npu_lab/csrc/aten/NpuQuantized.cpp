@@ -98,11 +98,12 @@ at::Tensor empty_affine_quantized(c10::IntArrayRef size, std::optional<c10::Scal
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+// Registered by register_compute_kernels() (python/module.cpp) unless the device is bare (NPU_LAB_BARE=1).
+void register_quantize_kernels(torch::Library& m) {
   m.impl("quantize_per_tensor", TORCH_FN(quantize_per_tensor));
 }
 
-TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
+void register_quantized_kernels(torch::Library& m) {
   m.impl("_empty_affine_quantized", TORCH_FN(empty_affine_quantized));
   m.impl("q_scale", TORCH_FN(at::native::q_scale_quant));
   m.impl("q_zero_point", TORCH_FN(at::native::q_zero_point_quant));

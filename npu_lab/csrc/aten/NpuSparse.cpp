@@ -95,7 +95,8 @@
 
 namespace npu::aten {
 
-TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+// Registered by register_compute_kernels() (python/module.cpp) unless the device is bare (NPU_LAB_BARE=1).
+void register_sparse_coo_kernels(torch::Library& m) {
   m.impl("add.Tensor", TORCH_FN(at::native::add_sparse));
   m.impl("add_.Tensor", TORCH_FN(at::native::add_sparse_));
   m.impl("empty_like", TORCH_FN(at::native::empty_like_sparse_coo));
@@ -122,7 +123,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("resize_as_sparse_", TORCH_FN(at::native::resize_as_sparse_));
 }
 
-TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+void register_sparse_csr_kernels(torch::Library& m) {
   m.impl("abs", TORCH_FN(at::native::abs_sparse_csr));
   m.impl("abs_", TORCH_FN(at::native::abs_sparse_csr_));
   m.impl("abs.out", TORCH_FN(at::native::abs_sparse_csr_out));

@@ -9,12 +9,14 @@
 #include <numpy/arrayobject.h>
 
 #include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -24,6 +26,17 @@
 #include "../runtime/NpuGenerator.h"
 
 namespace py = pybind11;
+
+namespace npu::aten {
+void register_sparse_coo_kernels(torch::Library& m);   // aten/NpuSparse.cpp
+void register_sparse_csr_kernels(torch::Library& m);   // aten/NpuSparse.cpp
+void register_quantize_kernels(torch::Library& m);     // aten/NpuQuantized.cpp
+void register_quantized_kernels(torch::Library& m);    // aten/NpuQuantized.cpp
+}  // namespace npu::aten
+
+namespace npu::runtime {
+extern std::atomic<bool> hide_devices_from_autograd;  // runtime/NpuGuard.cpp
+}  // namespace npu::runtime
 
 namespace npu::python {
 
@@ -388,6 +401,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // devices
   m.def("device_count", [] { int n = 0; npuGetDeviceCount(&n); return n; });
+  m.def("hide_devices_from_autograd", [](bool hide) { ::npu::runtime::hide_devices_from_autograd.store(hide); });
   m.def("current_device", [] { int d = 0; npuGetDevice(&d); return d; });
   m.def("set_device", [](int d) {
     int n = 0;
@@ -503,6 +517,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // what the C++ side registers
   m.def("native_ops", &native_ops);
+  // The C++ compute kernels (sparse and quantized tensors). A bare device (NPU_LAB_BARE=1) never calls this:
+  // it keeps only the runtime's own operators (native_ops). Idempotent; the registrations live until exit.
+  m.def("register_compute_kernels", []() {
+    static std::once_flag once;
+    std::call_once(once, []() {
+      using torch::Library;
+      auto add = [](c10::DispatchKey key, void (*fn)(Library&)) {
+        auto* lib = new Library(Library::IMPL, "aten", key, __FILE__, __LINE__);  // never freed: as static ones
+        fn(*lib);
+      };
+      add(c10::DispatchKey::SparsePrivateUse1, &::npu::aten::register_sparse_coo_kernels);
+      add(c10::DispatchKey::SparseCsrPrivateUse1, &::npu::aten::register_sparse_csr_kernels);
+      add(c10::DispatchKey::PrivateUse1, &::npu::aten::register_quantize_kernels);
+      add(c10::DispatchKey::QuantizedPrivateUse1, &::npu::aten::register_quantized_kernels);
+    });
+  });
   m.def("autocast_policy", &autocast_policy);
   bind_profiler(m);
 }

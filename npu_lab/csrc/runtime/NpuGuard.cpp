@@ -6,12 +6,19 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 
 #include "NpuException.h"
 
 namespace npu::runtime {
+
+// While true, the guard reports no devices. The bare device (NPU_LAB_BARE=1) sets it around the first
+// backward of the process: autograd's engine then starts no device worker threads (they are not used:
+// npu_lab runs the backward on the calling thread) and so does not mark later fork()ed children as unable
+// to run autograd. The bring-up checks run the learner's kernels in such children.
+std::atomic<bool> hide_devices_from_autograd{false};
 
 namespace {
 
@@ -116,6 +123,9 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::DeviceIndex deviceCount() const noexcept override {
+    if (hide_devices_from_autograd.load()) {
+      return 0;
+    }
     int count = 0;
     npuGetDeviceCount(&count);
     return static_cast<c10::DeviceIndex>(count);

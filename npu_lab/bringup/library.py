@@ -1,0 +1,117 @@
+"""The learner's kernel libraries: ``torch.library.Library`` objects the lab can find, replace and set aside.
+
+A bring-up notebook registers kernels the way every PyTorch backend does::
+
+    lib = npu_lab.bringup.library("mlp")          # a torch.library.Library("aten", "IMPL")
+    lib.impl("mm", my_mm, "PrivateUse1")
+
+The object is PyTorch's own ``Library`` (a subclass that remembers what it registered). The name makes
+re-running a cell safe: asking for ``library("mlp")`` again destroys the library of that name first, so the
+cell's new kernels replace its old ones instead of piling up beside them. The grading uses the memory of what
+each library registered to set the learner's kernels aside for a moment (:func:`step_aside`), for example to
+time the lab's shipped kernels on the same step, and to put them back exactly (:func:`step_back`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class _Impl:
+    op: str  #: as given: "mm", "add.Tensor", "aten::mm"
+    fn: Callable
+    key: str
+    with_keyset: bool
+
+
+class LearnerLibrary(torch.library.Library):
+    """``torch.library.Library`` that keeps a list of its ``impl`` calls (see :func:`library`)."""
+
+    def __init__(self, name: str, ns: str, kind: str, dispatch_key: str = "") -> None:
+        super().__init__(ns, kind, dispatch_key)
+        self.name = name
+        self.impls: list[_Impl] = []
+        self.destroyed = False
+
+    def impl(self, op_name, fn, dispatch_key="", *, with_keyset=False, allow_override=True):  # noqa: D102
+        super().impl(op_name, fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)
+        key = dispatch_key or self.dispatch_key
+        self.impls.append(_Impl(op_name if isinstance(op_name, str) else str(op_name), fn, key, with_keyset))
+
+    def qualified(self) -> list[str]:
+        """The operators this library gave a PrivateUse1 kernel, as ``"aten::add.Tensor"``."""
+        out = []
+        for i in self.impls:
+            if i.key != "PrivateUse1":
+                continue
+            name = i.op if "::" in i.op else f"{self.ns}::{i.op}"
+            out.append(name.removesuffix(".default"))
+        return out
+
+    def _destroy(self) -> None:
+        if not self.destroyed:
+            self.destroyed = True
+            super()._destroy()
+
+
+#: name -> the live library of that name
+LIBRARIES: dict[str, LearnerLibrary] = {}
+
+
+def library(name: str, ns: str = "aten", kind: str = "IMPL") -> LearnerLibrary:
+    """A ``torch.library.Library(ns, kind)`` for your npu kernels, named so that re-running its cell replaces it.
+
+    Asking again for a name destroys that name's previous library (and so the kernels it registered) first.
+    Use one name per notebook section or module, e.g. ``library("mlp")``, ``library("cnn")``. For operators of
+    your own (a fused kernel your compile pass emits) use ``kind="DEF"`` or ``"FRAGMENT"`` with your namespace.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError("library(name): name is a non-empty str, e.g. library('mlp')")
+    old = LIBRARIES.pop(name, None)
+    if old is not None:
+        old._destroy()
+    lib = LIBRARIES[name] = LearnerLibrary(name, ns, kind)
+    return lib
+
+
+def forget(name: str) -> None:
+    """Destroy the library ``name`` (its kernels leave the dispatcher)."""
+    old = LIBRARIES.pop(name, None)
+    if old is not None:
+        old._destroy()
+
+
+@dataclass
+class Aside:
+    """Libraries taken out by :func:`step_aside`, with what they had registered."""
+
+    entries: list[tuple[str, str, str, str, list[_Impl]]] = field(default_factory=list)
+
+
+def step_aside(ops: list[str]) -> Aside:
+    """Take out every learner library that registered one of ``ops`` (for PrivateUse1) until :func:`step_back`."""
+    wanted = {o.removesuffix(".default") for o in ops}
+    aside = Aside()
+    for name, lib in list(LIBRARIES.items()):
+        # libraries that define operators stay: taking them out would take the operators' schemas too
+        if lib.destroyed or lib.kind != "IMPL" or not wanted & set(lib.qualified()):
+            continue
+        aside.entries.append((name, lib.ns, lib.kind, lib.dispatch_key, list(lib.impls)))
+        lib._destroy()
+        del LIBRARIES[name]
+    return aside
+
+
+def step_back(aside: Aside | object) -> None:
+    """Register again, under their names, the libraries :func:`step_aside` took out."""
+    if not isinstance(aside, Aside):
+        return
+    for name, ns, kind, key, impls in aside.entries:
+        lib = LIBRARIES[name] = LearnerLibrary(name, ns, kind, key)
+        for i in impls:
+            lib.impl(i.op, i.fn, i.key, with_keyset=i.with_keyset)
+    aside.entries = []
