@@ -17,8 +17,8 @@ from .notebook_exec import ROOT
 SOLVED = sorted((ROOT / "solutions").glob("B*.ipynb"))
 
 
-def _worker(*args: str, timeout: float = 1500) -> dict:
-    env = {**os.environ, "NPU_LAB_BARE": "1"}
+def _worker(*args: str, timeout: float = 1500, **env_vars: str) -> dict:
+    env = {**os.environ, "NPU_LAB_BARE": "1", **env_vars}
     proc = subprocess.run([sys.executable, "-m", "tests.bringup.worker", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -66,3 +66,33 @@ def test_a_later_milestone_loads_the_backend_cells_of_an_earlier_one():
     assert r["value"] == 162.0  # (x.T @ x + 1).relu().sum() for x = [[0, 1, 2], [3, 4, 5]]
     assert r["module"] == "my_npu_B1_eager_mlp" and r["cells"] == 5 and r["same_file"]
     assert r["attempt"].startswith("NotImplementedError: Could not run 'aten::exp.out'") and r["falsy"]
+
+
+def test_readiness_on_a_bare_device_counts_only_your_measured_work():
+    r = _worker("readiness", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"))
+    before = {name: (status, detail) for name, status, detail in r["before"]}
+    assert all(status == "to do" for status, _ in before.values()), before
+    assert "0 with your kernels" in before["operators covered"][1]
+    assert before["results match the CPU"][1].startswith("could not run on npu: NotImplementedError")
+    after = {name: (status, detail) for name, status, detail in r["after"]}
+    assert after["operators covered"][0] == "done" and "0 still need a kernel" in after["operators covered"][1]
+    assert after["results match the CPU"][0] == "done"
+    # not measured on a bare device: never granted
+    assert after["native operators in the OpInfo conformance suite"][0] == "to do"
+    assert after["fusion enabled in the compiled graph"][0] == "to do"
+    assert (after["eager step within 2x the CPU's time"][0] == "done") == (r["ratio"] <= 2.0)
+
+
+def test_a_check_survives_kernels_that_attack_it():
+    """A kernel that hangs, ends the process, raises what is not an Exception or changes global state: the
+    check still returns a verdict that says what happened, and the notebook's process is untouched."""
+    r = _worker("attacks", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"), NPU_LAB_CHECK_TIMEOUT="40")
+    for name in ("never returns", "os._exit", "SystemExit", "KeyboardInterrupt"):
+        assert r[name]["status"] == "not yet", (name, r[name]["text"])
+        assert r[name]["seconds"] < 120, (name, r[name]["seconds"])
+    assert "did not finish within 40 s" in r["never returns"]["text"]
+    assert "died" in r["os._exit"]["text"] or "exit" in r["os._exit"]["text"], r["os._exit"]["text"]
+    # the change happened in the forked copy that ran the cases, not in the notebook's process
+    assert r["changes the default dtype"]["dtype"] == "torch.float32"
+    assert all(v["dtype"] == "torch.float32" for k, v in r.items() if isinstance(v, dict))
+    assert r["after"] == "passed", r["after_text"]

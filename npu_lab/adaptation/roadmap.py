@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from .readiness import PERF_ITEM
+
 #: (weeks, the work, the readiness item that shows it done, or a special check name)
 ROADMAP: tuple[tuple[str, str, str], ...] = (
     ("1", "set up; register the device (runtime: allocator, guard, hooks)", "device registered"),
@@ -21,7 +23,7 @@ ROADMAP: tuple[tuple[str, str, str], ...] = (
     ("4", "run PyTorch's OpInfo samples on the device", "native operators in the OpInfo conformance suite"),
     ("5-6", "a torch.compile backend", "fusion enabled in the compiled graph"),
     ("7", "fusion passes: fewer launches, less traffic", "fusion enabled in the compiled graph"),
-    ("8", "measure and tune against a reference", "performance measured against the CPU"),
+    ("8", "measure and tune against a reference", PERF_ITEM),
     ("9", "train real models end to end", "results match the CPU"),
     ("10", "documentation and release", ""),
 )

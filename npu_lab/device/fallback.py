@@ -63,13 +63,19 @@ def op_name(op: torch._ops.OpOverload) -> str:
 
 
 def not_implemented_message(name: str) -> str:
+    from . import bare
+
+    if bare.BARE:
+        hint = (f"this bare npu has no kernel for {name} yet: register yours with torch.library "
+                "(npu_lab.bringup.library); npu_lab.coverage(model, inputs) lists every operator a model still needs")
+    else:
+        hint = (f"the simulated NPU has no kernel for {name}; register one with torch.library (chapter 7) or set "
+                "PYTORCH_ENABLE_NPU_FALLBACK=1 (npu_lab.set_cpu_fallback(True)) to run it on the CPU.")
     return (
         f"Could not run '{name}' with arguments from the 'npu' backend. This could be because "
         "the operator doesn't exist for this backend, or was omitted during the selective/custom "
         "build process (if using custom build).\n"
-        f"npu-lab hint: the simulated NPU has no kernel for {name}; register one with "
-        "torch.library (chapter 7) or set PYTORCH_ENABLE_NPU_FALLBACK=1 "
-        "(npu_lab.set_cpu_fallback(True)) to run it on the CPU."
+        f"npu-lab hint: {hint}"
     )
 
 

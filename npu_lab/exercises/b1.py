@@ -20,11 +20,11 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from ..device import bare
-from ..grading import device
 from ..grading.device import OpCase
 from ..grading.registry import chapter, exercise
-from ..grading.tester import STUB_MESSAGE, NotStarted, Tester
+from ..grading.tester import Tester
+from .bringup_checks import TIMEOUT, Training, grade_cases, randn, train_check
+from .bringup_checks import gen as _g
 
 chapter("b1", "Bring-up 1: an MLP on the bare device", [
     "A bare device has a runtime (memory, copies, views) and no compute kernels",
@@ -34,37 +34,6 @@ chapter("b1", "Bring-up 1: an MLP on the bare device", [
     "Backward needs kernels of its own: threshold_backward, the matmuls of the gradient, nll_loss_backward",
     "The optimizer's foreach operators run on the device too",
 ])
-
-#: Seconds for all the cases of one check together (numba compiles each new layout of a kernel once).
-TIMEOUT = 240.0
-
-
-def _g(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _randn(*shape: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(*shape, generator=_g(seed))
-
-
-def _started(ops: list[str]) -> None:
-    """Raise NotStarted when none of ``ops`` has a kernel of the learner's yet."""
-    bare.require_bare("the bring-up checks")
-    if len(device.require_kernels(ops)) == len(ops):
-        raise NotStarted("no kernel of yours for " + ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
-                         + " is registered yet (bringup.yours() lists yours)")
-
-
-def _grade(t: Tester, cases: list[OpCase], ops: list[str]) -> None:
-    _started(ops)
-    outcomes = device.run_cases(cases, TIMEOUT)
-    failed = [o for o in outcomes if not o.passed]
-    # Not started: every case that reached a kernel of yours met a stub (cases that expect PyTorch's error may
-    # pass without reaching one: the meta function refused the arguments first).
-    if failed and all(STUB_MESSAGE in o.got for o in failed) and not any(o.passed and o.reached for o in outcomes):
-        raise NotStarted("your kernels still raise NotImplementedError(\"YOUR CODE HERE\")")
-    device.record(t, outcomes)
-
 
 # ---------------------------------------------------------------------------------------------
 # b1.elementwise
@@ -76,53 +45,53 @@ ELEMENTWISE_OPS = ["aten::fill_", "aten::add", "aten::mul", "aten::relu", "aten:
 def elementwise_cases() -> list[OpCase]:
     c = OpCase
     return [
-        c("torch.full((3, 4), 2.5)", "fill_", lambda: [_randn(3, 4)], lambda x: x.fill_(2.5),
+        c("torch.full((3, 4), 2.5)", "fill_", lambda: [randn(3, 4)], lambda x: x.fill_(2.5),
           hint="fill_ writes the value into every element of the tensor, in place, and returns the tensor"),
-        c("torch.ones on a transposed view (in place, strided)", "fill_", lambda: [_randn(4, 6, seed=1)],
+        c("torch.ones on a transposed view (in place, strided)", "fill_", lambda: [randn(4, 6, seed=1)],
           lambda x: x.fill_(1.0), layout=lambda x: [x.t()],
           hint="a view's elements are not contiguous: write through its strides (device_array has them)"),
         c("fill_ of an empty tensor", "fill_", lambda: [torch.empty(0, 5)], lambda x: x.fill_(3.0), hidden=True,
           hint="an empty tensor: nothing to write, no error"),
-        c("a + b, same shape", "add", lambda: [_randn(5, 7), _randn(5, 7, seed=1)], torch.add),
-        c("a + b with alpha=0.5", "add", lambda: [_randn(5, 7), _randn(5, 7, seed=1)],
+        c("a + b, same shape", "add", lambda: [randn(5, 7), randn(5, 7, seed=1)], torch.add),
+        c("a + b with alpha=0.5", "add", lambda: [randn(5, 7), randn(5, 7, seed=1)],
           lambda a, b: torch.add(a, b, alpha=0.5), hint="add computes self + alpha * other"),
-        c("x + bias (a row broadcast over the batch)", "add", lambda: [_randn(8, 6), _randn(6, seed=1)], torch.add,
+        c("x + bias (a row broadcast over the batch)", "add", lambda: [randn(8, 6), randn(6, seed=1)], torch.add,
           grad=True, hint="broadcasting: the (6,) bias is added to each of the 8 rows"),
-        c("column (4, 1) + row (1, 5) -> (4, 5)", "add", lambda: [_randn(4, 1), _randn(1, 5, seed=1)], torch.add,
+        c("column (4, 1) + row (1, 5) -> (4, 5)", "add", lambda: [randn(4, 1), randn(1, 5, seed=1)], torch.add,
           hidden=True, hint="both operands broadcast: the result has the broadcast shape of the two"),
-        c("a + b, a transposed", "add", lambda: [_randn(6, 5), _randn(5, 6, seed=1)], torch.add,
+        c("a + b, a transposed", "add", lambda: [randn(6, 5), randn(5, 6, seed=1)], torch.add,
           layout=lambda a, b: [a.t(), b], hidden=True, hint="read each operand through its own strides"),
-        c("a + 1.5 (a Python number)", "add", lambda: [_randn(3, 3)], lambda a: a + 1.5, hidden=True,
+        c("a + 1.5 (a Python number)", "add", lambda: [randn(3, 3)], lambda a: a + 1.5, hidden=True,
           hint="a Python number arrives as a 0-dimensional CPU tensor (or through add.Scalar)"),
         c("int64 + float32 promotes to float32", "add",
-          lambda: [torch.arange(12).reshape(3, 4), _randn(3, 4, seed=2)], torch.add, hidden=True,
+          lambda: [torch.arange(12).reshape(3, 4), randn(3, 4, seed=2)], torch.add, hidden=True,
           hint="type promotion: the result is float32; read the int64 operand as float (or let add.out's "
                "structured meta compute the result dtype and cast the inputs)"),
         c("empty + empty", "add", lambda: [torch.empty(0, 3), torch.empty(0, 3)], torch.add, hidden=True,
           hint="an empty result: no kernel needs to run"),
-        c("shapes that do not broadcast raise RuntimeError", "add", lambda: [_randn(3, 4), _randn(5, 4, seed=1)],
+        c("shapes that do not broadcast raise RuntimeError", "add", lambda: [randn(3, 4), randn(5, 4, seed=1)],
           torch.add, hint="PyTorch raises RuntimeError when shapes do not broadcast; so must the npu"),
-        c("a boolean alpha with float tensors raises RuntimeError", "add", lambda: [_randn(3), _randn(3, seed=1)],
+        c("a boolean alpha with float tensors raises RuntimeError", "add", lambda: [randn(3), randn(3, seed=1)],
           lambda a, b: torch.add(a, b, alpha=True), hidden=True,
           hint="PyTorch refuses a bool alpha for a float result: register add.out and its meta function checks it"),
-        c("a * b with a broadcast scale", "mul", lambda: [_randn(4, 6), _randn(1, 6, seed=1)], torch.mul,
+        c("a * b with a broadcast scale", "mul", lambda: [randn(4, 6), randn(1, 6, seed=1)], torch.mul,
           grad=True),
-        c("a * 0.9 (a Python number)", "mul", lambda: [_randn(5)], lambda a: a * 0.9,
+        c("a * 0.9 (a Python number)", "mul", lambda: [randn(5)], lambda a: a * 0.9,
           hint="SGD's momentum multiplies by a number"),
-        c("a * b, b a slice with a step", "mul", lambda: [_randn(4, 5), _randn(4, 10, seed=1)], torch.mul,
+        c("a * b, b a slice with a step", "mul", lambda: [randn(4, 5), randn(4, 10, seed=1)], torch.mul,
           layout=lambda a, b: [a, b[:, ::2]], hidden=True, hint="a slice with a step has stride 2"),
-        c("relu forward and backward", "relu", lambda: [_randn(6, 7)], torch.relu, grad=True,
+        c("relu forward and backward", "relu", lambda: [randn(6, 7)], torch.relu, grad=True,
           hint="relu's gradient is threshold_backward(grad, x, 0): grad where x > 0, else 0"),
-        c("relu of a transposed view", "relu", lambda: [_randn(5, 3, seed=3)], torch.relu, grad=True,
+        c("relu of a transposed view", "relu", lambda: [randn(5, 3, seed=3)], torch.relu, grad=True,
           layout=lambda x: [x.t()], hidden=True, hint="the forward and the backward both meet strided tensors"),
         c("relu at exactly 0 (gradient 0 there)", "threshold_backward",
           lambda: [torch.tensor([-1.0, 0.0, 2.0, 0.0, -0.5])], torch.relu, grad=True, hidden=True,
           hint="threshold_backward passes the gradient where x > threshold, strictly: at x == 0 it is 0"),
         c("relu of an empty tensor", "relu", lambda: [torch.empty(0)], torch.relu, hidden=True),
-        c("x.sum(dim=0)", "sum", lambda: [_randn(6, 4)], lambda x: x.sum(dim=0), grad=True),
-        c("x.sum(dim=(0, 2), keepdim=True)", "sum", lambda: [_randn(3, 4, 5)],
+        c("x.sum(dim=0)", "sum", lambda: [randn(6, 4)], lambda x: x.sum(dim=0), grad=True),
+        c("x.sum(dim=(0, 2), keepdim=True)", "sum", lambda: [randn(3, 4, 5)],
           lambda x: x.sum(dim=(0, 2), keepdim=True), hint="keepdim keeps the summed dimensions with size 1"),
-        c("x.sum(dim=-1) of a transposed view", "sum", lambda: [_randn(5, 3, seed=1)], lambda x: x.sum(dim=-1),
+        c("x.sum(dim=-1) of a transposed view", "sum", lambda: [randn(5, 3, seed=1)], lambda x: x.sum(dim=-1),
           layout=lambda x: [x.t()], hidden=True),
         c("x.sum(dim=1) of an empty dimension: zeros", "sum", lambda: [torch.empty(3, 0)], lambda x: x.sum(dim=1),
           hidden=True, hint="a sum of nothing is 0"),
@@ -134,7 +103,7 @@ def elementwise_cases() -> list[OpCase]:
 @exercise("b1.elementwise", "Elementwise kernels and sum: fill_, add, mul, relu and its backward, sum",
           names=[], timeout=TIMEOUT)
 def _elementwise(t: Tester) -> None:
-    _grade(t, elementwise_cases(), ELEMENTWISE_OPS)
+    grade_cases(t, elementwise_cases(), ELEMENTWISE_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,42 +116,42 @@ MATMUL_OPS = ["aten::mm", "aten::addmm"]
 def matmul_cases() -> list[OpCase]:
     c = OpCase
     return [
-        c("mm (5, 7) @ (7, 3)", "mm", lambda: [_randn(5, 7), _randn(7, 3, seed=1)], torch.mm),
+        c("mm (5, 7) @ (7, 3)", "mm", lambda: [randn(5, 7), randn(7, 3, seed=1)], torch.mm),
         c("mm with the second operand transposed (as x @ weight.T)", "mm",
-          lambda: [_randn(8, 16), _randn(12, 16, seed=1)], torch.mm, layout=lambda a, b: [a, b.t()],
+          lambda: [randn(8, 16), randn(12, 16, seed=1)], torch.mm, layout=lambda a, b: [a, b.t()],
           hint="weight.T is a view with strides (1, 16): read it through its strides"),
-        c("mm, both operands transposed", "mm", lambda: [_randn(9, 4), _randn(6, 9, seed=1)], torch.mm,
+        c("mm, both operands transposed", "mm", lambda: [randn(9, 4), randn(6, 9, seed=1)], torch.mm,
           layout=lambda a, b: [a.t(), b.t()], hidden=True),
         c("mm with an empty inner dimension: zeros", "mm", lambda: [torch.empty(3, 0), torch.empty(0, 4)], torch.mm,
           hidden=True, hint="a sum of no products is 0: the (3, 4) result is all zeros"),
-        c("mm (1, 1) @ (1, 1)", "mm", lambda: [_randn(1, 1), _randn(1, 1, seed=1)], torch.mm, hidden=True),
-        c("mm of 3-D tensors raises RuntimeError", "mm", lambda: [_randn(2, 3, 4), _randn(4, 5, seed=1)], torch.mm,
+        c("mm (1, 1) @ (1, 1)", "mm", lambda: [randn(1, 1), randn(1, 1, seed=1)], torch.mm, hidden=True),
+        c("mm of 3-D tensors raises RuntimeError", "mm", lambda: [randn(2, 3, 4), randn(4, 5, seed=1)], torch.mm,
           hint="PyTorch raises RuntimeError (self must be a matrix); register mm.out and its meta checks shapes"),
-        c("mm with mismatched inner sizes raises RuntimeError", "mm", lambda: [_randn(3, 4), _randn(5, 2, seed=1)],
+        c("mm with mismatched inner sizes raises RuntimeError", "mm", lambda: [randn(3, 4), randn(5, 2, seed=1)],
           torch.mm, hidden=True),
         c("mm of float32 and int64 raises RuntimeError", "mm",
-          lambda: [_randn(3, 4), torch.ones(4, 2, dtype=torch.int64)], torch.mm, hidden=True,
+          lambda: [randn(3, 4), torch.ones(4, 2, dtype=torch.int64)], torch.mm, hidden=True,
           hint="mm does not promote: PyTorch raises RuntimeError for two dtypes"),
         c("nn.Linear forward and backward (addmm, mm, sum)", "addmm",
-          lambda: [_randn(6, 10), _randn(4, 10, seed=1), _randn(4, seed=2)], F.linear, grad=True,
+          lambda: [randn(6, 10), randn(4, 10, seed=1), randn(4, seed=2)], F.linear, grad=True,
           hint="F.linear is addmm(bias, x, weight.T); its backward computes grad @ weight and grad.T @ x "
                "(mm with transposed operands) and the bias gradient with sum over dim 0"),
-        c("addmm with beta=0.5, alpha=2", "addmm", lambda: [_randn(3, 5), _randn(3, 4, seed=1), _randn(4, 5, seed=2)],
+        c("addmm with beta=0.5, alpha=2", "addmm", lambda: [randn(3, 5), randn(3, 4, seed=1), randn(4, 5, seed=2)],
           lambda b, x, w: torch.addmm(b, x, w, beta=0.5, alpha=2.0), hint="addmm = beta * self + alpha * (m1 @ m2)"),
         c("addmm with a (5,) bias broadcast to (3, 5)", "addmm",
-          lambda: [_randn(5), _randn(3, 4, seed=1), _randn(4, 5, seed=2)], torch.addmm, hidden=True),
+          lambda: [randn(5), randn(3, 4, seed=1), randn(4, 5, seed=2)], torch.addmm, hidden=True),
         c("addmm with beta=0 ignores NaN in self", "addmm",
-          lambda: [torch.full((2, 3), float("nan")), _randn(2, 4, seed=1), _randn(4, 3, seed=2)],
+          lambda: [torch.full((2, 3), float("nan")), randn(2, 4, seed=1), randn(4, 3, seed=2)],
           lambda b, x, w: torch.addmm(b, x, w, beta=0.0), hidden=True,
           hint="with beta == 0, self is not read at all (NaN in it must not reach the result)"),
         c("a batch of one row (1, 10) through nn.Linear", "addmm",
-          lambda: [_randn(1, 10), _randn(3, 10, seed=1), _randn(3, seed=2)], F.linear, grad=True, hidden=True),
+          lambda: [randn(1, 10), randn(3, 10, seed=1), randn(3, seed=2)], F.linear, grad=True, hidden=True),
     ]
 
 
 @exercise("b1.matmul", "Matrix products: mm and addmm, forward and backward", names=[], timeout=TIMEOUT)
 def _matmul(t: Tester) -> None:
-    _grade(t, matmul_cases(), MATMUL_OPS)
+    grade_cases(t, matmul_cases(), MATMUL_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,26 +169,26 @@ def _targets(n: int, classes: int, seed: int = 5) -> torch.Tensor:
 def loss_cases() -> list[OpCase]:
     c = OpCase
     return [
-        c("log_softmax over the last dimension, forward and backward", "_log_softmax", lambda: [_randn(4, 7)],
+        c("log_softmax over the last dimension, forward and backward", "_log_softmax", lambda: [randn(4, 7)],
           lambda x: F.log_softmax(x, dim=-1), grad=True,
           hint="log_softmax(x) = x - max - log(sum(exp(x - max))): subtract the row's max first so exp never "
                "overflows; its backward is grad - exp(out) * grad.sum(dim)"),
         c("log_softmax of large logits (no overflow)", "_log_softmax",
           lambda: [torch.tensor([[1000.0, 1001.0, 999.0], [-1000.0, 0.0, 5.0]])], lambda x: F.log_softmax(x, 1),
           hidden=True, hint="exp(1000) overflows float32: subtract the row's max before exp"),
-        c("log_softmax over dim 0", "_log_softmax", lambda: [_randn(5, 3, seed=2)], lambda x: F.log_softmax(x, 0),
+        c("log_softmax over dim 0", "_log_softmax", lambda: [randn(5, 3, seed=2)], lambda x: F.log_softmax(x, 0),
           grad=True, hidden=True, hint="the softmax dimension is an argument: handle any dim, not only the last"),
         c("cross entropy, mean (log_softmax + nll_loss), forward and backward", "nll_loss_forward",
-          lambda: [_randn(8, 5), _targets(8, 5)], F.cross_entropy, grad=True,
+          lambda: [randn(8, 5), _targets(8, 5)], F.cross_entropy, grad=True,
           hint="nll_loss picks -logp[i, target[i]] and averages; its backward puts -1/N at each target"),
-        c("nll_loss with reduction='sum'", "nll_loss_forward", lambda: [_randn(6, 4, seed=3), _targets(6, 4)],
+        c("nll_loss with reduction='sum'", "nll_loss_forward", lambda: [randn(6, 4, seed=3), _targets(6, 4)],
           lambda x, y: F.nll_loss(F.log_softmax(x, 1), y, reduction="sum"), grad=True, hidden=True),
         c("nll_loss with ignore_index=-100 targets", "nll_loss_forward",
-          lambda: [_randn(5, 3, seed=4), torch.tensor([0, -100, 2, 1, -100])],
+          lambda: [randn(5, 3, seed=4), torch.tensor([0, -100, 2, 1, -100])],
           lambda x, y: F.nll_loss(F.log_softmax(x, 1), y), grad=True, hidden=True,
           hint="targets equal to ignore_index (-100) count neither in the sum nor in the mean's divisor"),
         c("nll_loss with a target out of range raises", "nll_loss_forward",
-          lambda: [_randn(3, 4, seed=5), torch.tensor([0, 7, 1])], lambda x, y: F.nll_loss(x, y), hidden=True,
+          lambda: [randn(3, 4, seed=5), torch.tensor([0, 7, 1])], lambda x, y: F.nll_loss(x, y), hidden=True,
           hint="a target outside [0, classes) is an error on the CPU (IndexError): the npu must raise the same "
                "kind, never read outside the row"),
     ]
@@ -228,7 +197,7 @@ def loss_cases() -> list[OpCase]:
 @exercise("b1.loss", "The loss: log_softmax and nll_loss, forward and backward", names=[],
           timeout=TIMEOUT)
 def _loss(t: Tester) -> None:
-    _grade(t, loss_cases(), LOSS_OPS)
+    grade_cases(t, loss_cases(), LOSS_OPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,114 +207,21 @@ def _loss(t: Tester) -> None:
 STEPS = 5
 
 
-def _train(device_name: str) -> dict:
+def _mlp(device_name: str):
     from .. import models
 
-    torch.manual_seed(0)
     model = models.mlp(10, 32, 5).to(device_name)
     x, y = models.example_batch(model, 16, device_name, seed=3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    losses = []
-    for _ in range(STEPS):
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return {"losses": losses, "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    return model, x, y, F.cross_entropy
 
 
-def _train_on_npu() -> dict:
-    from ..device import clock
-    from ..device.memcheck import memcheck
-
-    blame = device.Blame()
-    launches = clock.clock(0).launches
-    with memcheck(), blame:
-        run = _train("npu")
-    run["launches"] = clock.clock(0).launches - launches
-    run["ran"] = list(blame.ran)
-    run["wrong"] = list(blame.first_wrong) if blame.first_wrong else []
-    run["silent"] = _silent_kernels()
-    return run
-
-
-def _reaches_yours(name: str) -> bool:
-    """Does the operator ``name`` run a kernel of the learner's: its own, or its family's ``out=`` form's?
-
-    (``aten::mm`` reaches a learner's ``aten::mm.out`` through PyTorch's structured kernel.)"""
-    base = name.split(".")[0]
-    return any(op == name or op.split(".")[0] == base for op in bare.yours())
-
-
-def _silent_kernels() -> list[str]:
-    """The learner's operators that ran a step without telling the device (no launch), found by running each."""
-    from torch.utils._pytree import tree_leaves
-
-    from .. import models
-    from ..device import clock
-
-    silent: list[str] = []
-    torch.manual_seed(0)
-    model = models.mlp(10, 32, 5).to("npu")
-    x, y = models.example_batch(model, 16, "npu", seed=3)
-
-    class Watch(device.Blame):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func._schema.name + ("" if func._overloadname == "default" else f".{func._overloadname}")
-            before = clock.clock(0).launches
-            out = func(*args, **(kwargs or {}))
-            produced = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.numel()]
-            if _reaches_yours(name) and produced and clock.clock(0).launches == before and name not in silent:
-                silent.append(name)
-            return out
-
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    with Watch():
-        for _ in range(2):
-            opt.zero_grad()
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
-    return silent
+TRAINING = Training(
+    "the MLP (SGD, momentum 0.9)", _mlp, lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9), STEPS,
+    "the optimizer's step runs on the device too: _foreach_mul_ and _foreach_add_ (momentum), or the mul and add "
+    "they fall back to")
 
 
 @exercise("b1.train", "Train the MLP on the bare device: the CPU's losses, every kernel on the clock", names=[],
           timeout=TIMEOUT)
 def _train_check(t: Tester) -> None:
-    from ..grading import forked
-
-    ops = ELEMENTWISE_OPS + MATMUL_OPS + LOSS_OPS
-    _started(ops)
-    want = _train("cpu")
-    try:
-        got = forked.call_forked(_train_on_npu, TIMEOUT)
-    except forked.ChildTimeout:
-        t.expect(f"{STEPS} SGD steps of the MLP on npu", False, expected=f"done within {TIMEOUT:g} s",
-                 got="did not finish (a kernel that never returns?)")
-        return
-    except Exception as exc:  # noqa: BLE001 - the learner's kernels raised
-        text = forked.trimmed(exc) or str(exc)
-        if STUB_MESSAGE in text:
-            raise NotStarted("your kernels still raise NotImplementedError") from None
-        t.expect(f"{STEPS} SGD steps of the MLP on npu", False, expected="no error",
-                 got=f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}",
-                 hint="coverage(model, x) lists the operators that still need a kernel")
-        return
-    if not isinstance(got, dict):
-        t.expect("the run came back", False, got=str(got))
-        return
-    losses = got["losses"]
-    ok = len(losses) == STEPS and all(abs(a - b) <= 1e-4 * max(1.0, abs(b)) for a, b in zip(losses, want["losses"]))
-    t.expect(f"the losses of {STEPS} SGD steps (momentum 0.9) match the CPU's to 1e-4", ok,
-             expected=", ".join(f"{v:.4f}" for v in want["losses"]), got=", ".join(f"{v:.4f}" for v in losses),
-             hint=("your kernel for " + got["wrong"][0] + " differs from the CPU: " + got["wrong"][1])
-             if got["wrong"] else "each check of this notebook tests one family of kernels: run them first")
-    worst = max((float((got["params"][k] - v).abs().max()) for k, v in want["params"].items()), default=0.0)
-    t.expect("the weights after training match the CPU's to 1e-4", worst <= 1e-4, expected="max |npu - cpu| <= 1e-4",
-             got="within 1e-4" if worst <= 1e-4 else f"max |npu - cpu| = {worst:.3g}",
-             hint="the optimizer's step runs on the device too: _foreach_mul_ and _foreach_add_ (momentum), or the "
-                  "mul and add they fall back to")
-    t.expect("every kernel of yours tells the device it ran (a launch on the simulated clock)", not got["silent"],
-             expected="a launch for each call that writes an output", got=", ".join(got["silent"]) or "all launched",
-             hint="call npu_lab.bringup.launch(name, inputs, outputs, flops) in each kernel, after it wrote its "
-                  "output: without it the device's clock, the profiler and the launch counters never see the work")
+    train_check(t, TRAINING, ELEMENTWISE_OPS + MATMUL_OPS + LOSS_OPS)

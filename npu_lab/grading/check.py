@@ -53,9 +53,14 @@ def _env_seconds(name: str) -> float | None:
     return value if value > 0 else None
 
 
+def timeout_override() -> float | None:
+    """``NPU_LAB_CHECK_TIMEOUT`` (seconds), when set to a positive number: the limit for every exercise."""
+    return _env_seconds("NPU_LAB_CHECK_TIMEOUT")
+
+
 def call_timeout(ex: Exercise) -> float:
     """Seconds each call of the learner's code may take in this exercise's check."""
-    return _env_seconds("NPU_LAB_CHECK_TIMEOUT") or ex.timeout
+    return timeout_override() or ex.timeout
 
 
 def check_deadline(ex: Exercise) -> float:

@@ -272,6 +272,13 @@ def _blamed(blame: Blame) -> str:
     return ""
 
 
+def case_limit(default: float) -> float:
+    """Seconds for all the cases of a device check: ``default``, or ``NPU_LAB_CHECK_TIMEOUT`` when it is set."""
+    from .check import timeout_override
+
+    return timeout_override() or default
+
+
 def run_cases(cases: Sequence[OpCase], timeout: float, memcheck_on: bool = True) -> list[CaseOutcome]:
     """Run every case in a forked child; on a timeout, the cases before the one that hung, then that one."""
     progress = tempfile.NamedTemporaryFile(prefix="npu_lab_case_", delete=False)  # noqa: SIM115

@@ -122,8 +122,8 @@ class Progress:
 
 
 def _order(chapter_id: str) -> tuple[int, str]:
-    """Series order: getting started, architecture, then chapters 0-8, then anything else."""
-    fixed = ["lab", "arch"] + [f"ch{i}" for i in range(9)]
+    """Series order: getting started, architecture, chapters 0-9, the puzzles, the bring-up track, then the rest."""
+    fixed = ["lab", "arch"] + [f"ch{i}" for i in range(10)] + ["p1"] + [f"b{i}" for i in range(1, 8)]
     return (fixed.index(chapter_id), "") if chapter_id in fixed else (len(fixed), chapter_id)
 
 

@@ -63,6 +63,61 @@ def carry(path: Path) -> dict[str, Any]:
             "attempt": repr(failed), "falsy": not failed}
 
 
+def readiness(path: Path) -> dict[str, Any]:
+    """readiness() of the MLP on the bare device: before any kernel, then with the solved milestone loaded."""
+    import torch
+
+    import npu_lab
+    from npu_lab import bringup, models
+
+    torch.manual_seed(0)
+    model = models.mlp(10, 32, 5)
+    x = torch.randn(8, 10)
+    before = npu_lab.readiness(model, x)
+    bringup.load(path.stem, folder=path.parent)
+    after = npu_lab.readiness(model, x)
+    return {"before": [(i.name, i.status, i.detail) for i in before.items],
+            "after": [(i.name, i.status, i.detail) for i in after.items], "ratio": after.wall_ratio_vs_cpu}
+
+
+#: Kernels that attack the check rather than answer it (an add.out of the learner's).
+ATTACKS = {
+    "never returns": "def bad(self, other, *, alpha=1, out):\n    while True:\n        pass\n",
+    "os._exit": "def bad(self, other, *, alpha=1, out):\n    import os\n    os._exit(3)\n",
+    "SystemExit": "def bad(self, other, *, alpha=1, out):\n    raise SystemExit(0)\n",
+    "KeyboardInterrupt": "def bad(self, other, *, alpha=1, out):\n    raise KeyboardInterrupt\n",
+    "changes the default dtype": ("def bad(self, other, *, alpha=1, out):\n"
+                                  "    torch.set_default_dtype(torch.float64)\n"
+                                  "    return add_out(self, other, alpha=alpha, out=out)\n"),
+}
+
+
+def attacks(path: Path) -> dict[str, Any]:
+    """Grade b1.elementwise with each attack registered over the solved notebook's add.out."""
+    import torch
+
+    from npu_lab import bringup
+    from npu_lab.grading import EXERCISES, grade, load_all
+
+    load_all()
+    module = bringup.load(path.stem, folder=path.parent)
+    out: dict[str, Any] = {}
+    for name, code in ATTACKS.items():
+        exec(code, module.__dict__)  # noqa: S102
+        bringup.library("wrong").impl("add.out", module.__dict__["bad"], "PrivateUse1")
+        start = time.perf_counter()
+        try:
+            r = grade(EXERCISES["b1.elementwise"], {})
+        finally:
+            bringup.forget("wrong")
+        out[name] = {"status": r.status, "text": str(r)[:2000], "seconds": time.perf_counter() - start,
+                     "dtype": str(torch.get_default_dtype())}
+    os.environ.pop("NPU_LAB_CHECK_TIMEOUT", None)  # the attacks' short limit is not the solution's
+    final = grade(EXERCISES["b1.elementwise"], {})
+    out["after"], out["after_text"] = final.status, str(final)[:3000]
+    return out
+
+
 def _cells(path: Path) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     return [c.source for c in nb.cells if c.cell_type == "code"]
@@ -73,9 +128,11 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
-    from .wrong_b1 import WRONG
+    from . import wrong_b1, wrong_b2
 
+    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG}
     load_all()
+    os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
     ns: dict[str, Any] = {"__name__": "__main__", "display": lambda *a, **k: None}
     folder = Path(tempfile.mkdtemp(prefix="bringup_cells_"))
@@ -95,7 +152,7 @@ def milestone(path: Path) -> dict[str, Any]:
         report["solution"][eid] = {"status": r.status, "text": str(r), "seconds": time.perf_counter() - start}
     for eid in ids:
         results = []
-        for code in WRONG.get(eid, []):
+        for code in wrong.get(eid, []):
             exec(textwrap.dedent(code), ns)  # noqa: S102
             try:
                 r = grade(EXERCISES[eid], {})
@@ -114,6 +171,10 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("NPU_LAB_HOME", tempfile.mkdtemp(prefix="npu_lab_home_"))
     if argv[0] == "registrations":
         result = registrations()
+    elif argv[0] == "attacks":
+        result = attacks(Path(argv[1]))
+    elif argv[0] == "readiness":
+        result = readiness(Path(argv[1]))
     elif argv[0] == "carry":
         result = carry(Path(argv[1]))
     elif argv[0] == "milestone":
