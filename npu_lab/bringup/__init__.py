@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+import numpy as np
 import torch
 
 from ..device.bare import is_bare, owner, registered, require_bare, yours
@@ -37,7 +38,7 @@ from .library import LIBRARIES, LearnerLibrary, forget, library
 T = TypeVar("T")
 
 __all__ = ["LIBRARIES", "MARKER", "LearnerLibrary", "attempt", "forget", "is_bare", "launch", "library", "load",
-           "owner", "registered", "require_bare", "yours"]
+           "owner", "random_bits", "registered", "require_bare", "yours"]
 
 
 def _bytes(tensors: Iterable[object]) -> int:
@@ -65,6 +66,23 @@ def launch(name: str, inputs: Iterable[object] = (), outputs: Iterable[object] =
     if not flops >= 0:
         raise ValueError(f"launch: flops must be a number >= 0, got {flops!r}")
     clock.launch(name, flops, _bytes(inputs), _bytes(outputs))
+
+
+def random_bits(n: int, generator: torch.Generator | None = None) -> np.ndarray:
+    """``n`` random 64-bit integers (a numpy ``uint64`` array) from the device's generator.
+
+    A random kernel asks the generator for the bits it needs: ``generator`` (a ``torch.Generator(device="npu")``)
+    or, by default, the current device's default generator, the one ``torch.manual_seed`` seeds. Like CUDA's, it
+    is counter-based (Philox): the values are a function of the seed and an offset, and each call moves the offset
+    past what it handed out (``torch.npu.get_offset()``), so the same seed replays the same bits and two calls
+    never share them. A uniform number in ``[0, 1)`` is ``(bits >> 11) * 2.0**-53``.
+    """
+    from ..device.rng import generator as device_generator
+
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"random_bits: n must be >= 0, got {n}")
+    return device_generator(-1, generator).raw(n)
 
 
 class Failed:

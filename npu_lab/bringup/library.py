@@ -14,6 +14,7 @@ time the lab's shipped kernels on the same step, and to put them back exactly (:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,19 +39,19 @@ class LearnerLibrary(torch.library.Library):
         self.destroyed = False
 
     def impl(self, op_name, fn, dispatch_key="", *, with_keyset=False, allow_override=True):  # noqa: D102
-        super().impl(op_name, fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)
         key = dispatch_key or self.dispatch_key
-        self.impls.append(_Impl(op_name if isinstance(op_name, str) else str(op_name), fn, key, with_keyset))
+        entry = _Impl(op_name if isinstance(op_name, str) else str(op_name), fn, key, with_keyset)
+        with warnings.catch_warnings():
+            if key == "PrivateUse1" and _qualified(entry, self.ns) in _learners_ops():
+                # a later milestone replacing a kernel of an earlier one: the latest registration wins (and
+                # destroying its library brings the earlier one back); PyTorch's warning says nothing new here
+                warnings.filterwarnings("ignore", message=r"(?s).*Overriding a previously registered kernel")
+            super().impl(op_name, fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)
+        self.impls.append(entry)
 
     def qualified(self) -> list[str]:
         """The operators this library gave a PrivateUse1 kernel, as ``"aten::add.Tensor"``."""
-        out = []
-        for i in self.impls:
-            if i.key != "PrivateUse1":
-                continue
-            name = i.op if "::" in i.op else f"{self.ns}::{i.op}"
-            out.append(name.removesuffix(".default"))
-        return out
+        return [_qualified(i, self.ns) for i in self.impls if i.key == "PrivateUse1"]
 
     def _destroy(self) -> None:
         if not self.destroyed:
@@ -60,6 +61,14 @@ class LearnerLibrary(torch.library.Library):
 
 #: name -> the live library of that name
 LIBRARIES: dict[str, LearnerLibrary] = {}
+
+
+def _qualified(entry: _Impl, ns: str) -> str:
+    return (entry.op if "::" in entry.op else f"{ns}::{entry.op}").removesuffix(".default")
+
+
+def _learners_ops() -> set[str]:
+    return {op for lib in LIBRARIES.values() if not lib.destroyed for op in lib.qualified()}
 
 
 def library(name: str, ns: str = "aten", kind: str = "IMPL") -> LearnerLibrary:

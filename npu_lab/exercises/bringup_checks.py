@@ -15,7 +15,7 @@ import torch
 
 from ..device import bare
 from ..grading import device
-from ..grading.device import OpCase
+from ..grading.device import OpCase, Property
 from ..grading.tester import STUB_MESSAGE, NotStarted, Tester
 
 #: Seconds for all the cases of one check together (numba compiles each new layout of a kernel once).
@@ -38,7 +38,7 @@ def started(ops: list[str]) -> None:
                          + " is registered yet (bringup.yours() lists yours)")
 
 
-def grade_cases(t: Tester, cases: list[OpCase], ops: list[str]) -> None:
+def grade_cases(t: Tester, cases: list[OpCase | Property], ops: list[str]) -> None:
     """Run ``cases`` on the learner's kernels for ``ops`` and record each (not started while all are stubs)."""
     started(ops)
     outcomes = device.run_cases(cases, device.case_limit(TIMEOUT))

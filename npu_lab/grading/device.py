@@ -56,6 +56,22 @@ class OpCase:
 
 
 @dataclass
+class Property:
+    """A case with no CPU result to compare with (a random operator): ``test()`` returns "" or what is wrong.
+
+    It runs in the child as an :class:`OpCase` does, under ``memcheck``; ``expected`` says what a pass means.
+    An exception from ``test()`` fails the case with the error's first line.
+    """
+
+    description: str
+    op: str
+    test: Callable[[], str]
+    expected: str
+    hidden: bool = False
+    hint: str = ""
+
+
+@dataclass
 class CaseOutcome:
     """What one case found (plain data: it comes back from the forked child)."""
 
@@ -210,7 +226,8 @@ def _run_one(case: OpCase, memcheck_on: bool = True) -> CaseOutcome:
         result.expected, result.got = "the CPU's outputs", str(exc)
         return _done(result, blame)
     except Exception as exc:  # noqa: BLE001
-        if cpu_error is not None and isinstance(exc, type(cpu_error)):
+        # a stub's NotImplementedError is not PyTorch's error, even where that is a RuntimeError (its base class)
+        if cpu_error is not None and isinstance(exc, type(cpu_error)) and STUB_MESSAGE not in str(exc):
             result.passed = True
             result.expected = f"{type(cpu_error).__name__} (as on the CPU)"
             result.got = type(exc).__name__
@@ -243,6 +260,27 @@ def _run_one(case: OpCase, memcheck_on: bool = True) -> CaseOutcome:
         return _done(result, blame)
     result.passed = True
     result.expected = result.got = "as the CPU" + (" (values and gradients)" if case.grad else "")
+    return _done(result, blame)
+
+
+def _run_property(case: Property, memcheck_on: bool = True) -> CaseOutcome:
+    """Run a :class:`Property` (in the child)."""
+    from ..device.memcheck import memcheck
+
+    result = CaseOutcome(case.description, case.op, False, expected=case.expected, hint=case.hint,
+                         hidden=case.hidden)
+    blame = Blame()
+    torch.manual_seed(0)
+    try:
+        with memcheck() if memcheck_on else _nothing(), blame:
+            why = case.test()
+            torch.npu.synchronize()
+    except Exception as exc:  # noqa: BLE001 - the learner's kernel raised
+        text = guard.safe_text(exc, str, limit=300).splitlines()[0] if str(exc) else ""
+        result.got = f"{type(exc).__name__}: {text}"
+        return _done(result, blame)
+    result.passed = not why
+    result.got = why or "as expected"
     return _done(result, blame)
 
 
@@ -279,7 +317,7 @@ def case_limit(default: float) -> float:
     return timeout_override() or default
 
 
-def run_cases(cases: Sequence[OpCase], timeout: float, memcheck_on: bool = True) -> list[CaseOutcome]:
+def run_cases(cases: Sequence[OpCase | Property], timeout: float, memcheck_on: bool = True) -> list[CaseOutcome]:
     """Run every case in a forked child; on a timeout, the cases before the one that hung, then that one."""
     progress = tempfile.NamedTemporaryFile(prefix="npu_lab_case_", delete=False)  # noqa: SIM115
     progress.close()
@@ -289,7 +327,8 @@ def run_cases(cases: Sequence[OpCase], timeout: float, memcheck_on: bool = True)
         for i, case in enumerate(cases):
             with open(progress.name, "w") as f:
                 f.write(str(i))
-            out.append(_run_one(case, memcheck_on).as_tuple())
+            run = _run_property if isinstance(case, Property) else _run_one
+            out.append(run(case, memcheck_on).as_tuple())
         return out
 
     try:

@@ -128,9 +128,9 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
-    from . import wrong_b1, wrong_b2
+    from . import wrong_b1, wrong_b2, wrong_b3
 
-    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG}
+    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG}
     load_all()
     os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
