@@ -1,4 +1,5 @@
-"""JupyterLab in a real browser: every chapter runs without errors, graphs render, widgets respond.
+"""JupyterLab in a real browser: every chapter (and each solved bring-up milestone) runs without errors, graphs
+render, widgets respond.
 
 Starts JupyterLab on localhost, opens each notebook of chapters/ in
 headless Chromium (Debian's ``chromium`` package, driven by Playwright), runs all
@@ -34,7 +35,9 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+# Every chapter, and the bring-up track's solved milestones: their checks fork the kernel's process, which must
+# work in a kernel JupyterLab started as it does in nbval's
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("B*.ipynb"))
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress
@@ -236,6 +239,15 @@ def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: P
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t.split("\n")[0]]
     assert not tracebacks, f"{rel}: error output in the page:\n{tracebacks[0][:2000]}"
+
+    if rel.startswith("solutions/"):  # a solved milestone: every check it runs passes in the browser's kernel too
+        outputs = "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
+        checks = len(re.findall(r"npu_lab\.check\(", path.read_text()))
+        # a result shows as "[passed] b1.loss ..." in text, "✔ passed b1.loss ..." in its HTML form
+        passed = re.findall(r"(?:\[passed\]|✔ passed) [a-z]\w*\.\w+", outputs)
+        failed = re.findall(r"(?:not yet|not started)\]? [a-z]\w*\.\w+", outputs)
+        assert len(passed) >= checks and not failed, \
+            f"{rel}: a check did not pass in JupyterLab:\n{outputs[-2000:]}"
 
     source = path.read_text()
     if "draw_fx" in source or "draw_autograd" in source or "Drawing(" in source:
