@@ -199,16 +199,38 @@ def test_the_pure_python_prototype_shows_the_limits_chapter_8_describes():
     assert run.returncode == -11, (run.returncode, run.stderr[-500:])  # UntypedStorage(16, device="proto"): SIGSEGV
 
 
-def test_a_build_interrupted_while_it_held_torchs_lock_file_does_not_hang_the_next():
-    """cpp_extension waits forever while its ``lock`` file exists; a build killed mid-way leaves it."""
+def test_a_build_interrupted_while_it_held_torchs_lock_file_does_not_hang_the_next(tmp_path):
+    """cpp_extension waits forever while its ``lock`` file exists; a build killed mid-way leaves it behind.
+
+    The builder's OS lock is released by the kernel when its holder dies, and whoever takes it next removes the
+    stale ``lock``. Checked on a directory of the test's own: touching the shared build directory's ``lock``
+    would hang any other process building at that moment (it did, in a run with two test workers).
+    """
     import subprocess
     import sys
+    import threading
 
-    native.build()  # up to date: ninja has nothing to do
-    stale = native.build_directory() / "lock"
-    stale.touch()
-    code = "from npu_lab.device import native; native.build(); print('built')"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "built" in out.stdout
-    assert not stale.exists()
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from pathlib import Path; from npu_lab.device import native\n"
+         "with native._builder_lock(Path(sys.argv[1])):\n"
+         "    (Path(sys.argv[1]) / 'lock').touch()  # cpp_extension's mark, as in a build\n"
+         "    print('holding', flush=True); time.sleep(600)\n", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        holder.kill()  # the build is interrupted while it holds both locks
+        holder.wait(timeout=30)
+        assert (tmp_path / "lock").exists()
+        taken = threading.Event()
+
+        def take() -> None:
+            with native._builder_lock(tmp_path):
+                taken.set()
+
+        thread = threading.Thread(target=take, daemon=True)
+        thread.start()
+        assert taken.wait(timeout=60), "the builder lock of a killed process was never released"
+        assert not (tmp_path / "lock").exists(), "the stale cpp_extension lock file was left in place"
+    finally:
+        holder.kill()
