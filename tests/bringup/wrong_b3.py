@@ -4,6 +4,22 @@ Each runs in the solved notebook's namespace and registers its kernel in the lib
 solution's kernel for that operator until the library is destroyed.
 """
 
+#: dropout with numpy's generator in place of the device's (``generator`` is the numpy object drawn from)
+_NUMPY_DROPOUT = """
+def bad(input, p, train):
+    if not train or p == 0 or p == 1:
+        return native_dropout(input, p, train)
+    x = arr(input.contiguous())
+    keep = {generator}.random(x.shape) >= p
+    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+    mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
+    arr(mask)[...] = keep
+    arr(out)[...] = np.where(keep, x * np.float32(1 / (1 - p)), np.float32(0))
+    bringup.launch("dropout", (input,), (out, mask), flops=2 * input.numel())
+    return out, mask
+bringup.library("wrong").impl("native_dropout", bad, "PrivateUse1")
+"""
+
 WRONG: dict[str, list[str]] = {
     "b3.attention": [
         # bmm reads its second operand as if it were contiguous (a transposed k^T is read wrong)
@@ -124,35 +140,9 @@ bringup.library("wrong").impl("embedding_dense_backward", bad, "PrivateUse1")
     ],
     "b3.dropout": [
         # numpy's own generator: torch.manual_seed does not seed it
-        """
-def bad(input, p, train):
-    if not train or p == 0 or p == 1:
-        return native_dropout(input, p, train)
-    x = arr(input.contiguous())
-    keep = np.random.random(x.shape) >= p
-    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
-    arr(mask)[...] = keep
-    arr(out)[...] = np.where(keep, x * np.float32(1 / (1 - p)), np.float32(0))
-    bringup.launch("dropout", (input,), (out, mask), flops=2 * input.numel())
-    return out, mask
-bringup.library("wrong").impl("native_dropout", bad, "PrivateUse1")
-""",
+        _NUMPY_DROPOUT.format(generator="np.random"),
         # a generator seeded afresh in every call: every call draws the same mask
-        """
-def bad(input, p, train):
-    if not train or p == 0 or p == 1:
-        return native_dropout(input, p, train)
-    x = arr(input.contiguous())
-    keep = np.random.default_rng(0).random(x.shape) >= p
-    out = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-    mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
-    arr(mask)[...] = keep
-    arr(out)[...] = np.where(keep, x * np.float32(1 / (1 - p)), np.float32(0))
-    bringup.launch("dropout", (input,), (out, mask), flops=2 * input.numel())
-    return out, mask
-bringup.library("wrong").impl("native_dropout", bad, "PrivateUse1")
-""",
+        _NUMPY_DROPOUT.format(generator="np.random.default_rng(0)"),
         # the kept elements are not scaled by 1 / (1 - p)
         """
 def bad(input, p, train):
