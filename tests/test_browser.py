@@ -1,18 +1,23 @@
-"""JupyterLab in a real browser: every chapter (and each solved bring-up milestone) runs without errors, graphs
-render, widgets respond.
+"""JupyterLab in a real browser: the chapters' pages render, their drawings show, their widgets respond, and a
+solved bring-up milestone's checks pass in a kernel JupyterLab started.
 
-Starts JupyterLab on localhost, opens each notebook of chapters/ in
-headless Chromium (Debian's ``chromium`` package, driven by Playwright), runs all
-cells from the Run menu as a learner would, and checks the page: no error output,
-drawings present as SVG/images, and ipywidgets rendered and responding to one
-interaction. Screenshots and JupyterLab's log go to ``build/browser/``.
+Starts JupyterLab on localhost, opens each notebook of chapters/ (and the first solved bring-up milestone) in
+headless Chromium (Debian's ``chromium`` package, driven by Playwright) and checks the page: no error output,
+drawings present as SVG/images, and ipywidgets rendered and responding to one interaction. Screenshots and
+JupyterLab's log go to ``build/browser/``.
 
-The served notebooks are copies with their outputs cleared, so every output the
-checks look at was produced in this run. The numba kernels are compiled first
-(``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so the time limits
-measure the notebooks, not a cold compiler cache. A notebook fails when no cell
-finishes for ``STALL_S`` seconds; the failure names the cell that was running,
-the kernel's state and the end of JupyterLab's log.
+Two kinds of visit, so that no notebook is executed twice in one ``./run test`` (nbval already runs every
+notebook and compares its outputs with the committed ones):
+
+* **run**: notebooks with widgets (a widget needs a live kernel) and the solved milestone (its checks fork the
+  kernel's process, which must work in a kernel JupyterLab started). The served copy has its outputs cleared and
+  the page runs all cells from the Run menu, as a learner would, so every output checked was produced in this
+  run. The numba kernels are compiled first (``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so
+  the time limits measure the notebooks, not a cold compiler cache. A notebook fails when no cell finishes for
+  ``STALL_S`` seconds; the failure names the cell that was running, the kernel's state and the end of
+  JupyterLab's log.
+* **render**: every other chapter opens with its committed outputs (the ones nbval reproduces in the same run),
+  and the page must show them: no error output, every committed drawing drawn.
 
 Skipped, with the reason, where Chromium or Playwright is not installed
 (``sudo apt-get install chromium``; ``pip install playwright``).
@@ -35,9 +40,9 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Every chapter, and the bring-up track's solved milestones: their checks fork the kernel's process, which must
-# work in a kernel JupyterLab started as it does in nbval's
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + sorted((ROOT / "solutions").glob("B*.ipynb"))
+# Every chapter, and one solved bring-up milestone: its checks fork the kernel's process, which must work in a
+# kernel JupyterLab started as it does in nbval's (the later milestones fork the same way)
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + [ROOT / "solutions" / "B1_eager_mlp.ipynb"]
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress
@@ -58,6 +63,15 @@ pytestmark = [
     pytest.mark.skipif(sync_playwright is None, reason="browser test needs Playwright: pip install playwright"),
     pytest.mark.skipif(CHROMIUM is None, reason="browser test needs Chromium: sudo apt-get install chromium"),
 ]
+
+
+def _has_widgets(source: str) -> bool:
+    return "ipywidgets" in source or "checklist(" in source or "explore_" in source or "Explorer(" in source
+
+
+def _runs(path: Path) -> bool:
+    """Whether the page runs the notebook (else it renders the committed outputs): see the module's docstring."""
+    return path.parent.name == "solutions" or _has_widgets(path.read_text())
 
 
 def _free_port() -> int:
@@ -82,19 +96,27 @@ def lab(tmp_path_factory):
     (settings / "@jupyterlab" / "docmanager-extension").mkdir(parents=True)
     (settings / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(
         '{"autosave": false}')
-    # The lab serves copies of the notebooks with outputs cleared: nothing can write to the
-    # committed ones, and no committed output can stand in for one this run must produce.
+    # The lab serves copies of the notebooks (nothing can write to the committed ones); those the page runs have
+    # their outputs cleared, so no committed output can stand in for one this run must produce.
     served = home / "served"
     for folder in ("chapters", "solutions"):
         shutil.copytree(ROOT / folder, served / folder)
         for copy in (served / folder).glob("*.ipynb"):
+            if not _runs(ROOT / folder / copy.name):
+                continue
             nb = nbformat.read(copy, as_version=4)
             for cell in nb.cells:
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = [], None
             nbformat.write(nb, copy)
     env = dict(os.environ, NPU_LAB_HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "jupyter_config"),
-               JUPYTERLAB_SETTINGS_DIR=str(settings))
+               JUPYTER_DATA_DIR=str(home / "jupyter_data"), JUPYTERLAB_SETTINGS_DIR=str(settings))
+    # JupyterLab shows an untrusted notebook's committed SVG and HTML as text: trust the rendered copies, as a
+    # learner's own run of the notebook would
+    rendered = [str(served / p.relative_to(ROOT)) for p in NOTEBOOKS if not _runs(p)]
+    trust = subprocess.run([sys.executable, "-m", "jupyter", "trust", *rendered], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert trust.returncode == 0, f"jupyter trust failed:\n{trust.stderr[-2000:]}"
     warm = subprocess.run([sys.executable, "-m", "npu_lab", "warmup"], env=env, capture_output=True,
                           text=True, timeout=900)
     assert warm.returncode == 0, f"python -m npu_lab warmup failed:\n{warm.stderr[-3000:]}"
@@ -197,10 +219,36 @@ def test_notebook_runs_in_jupyterlab(lab, path):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     rel = path.relative_to(ROOT).as_posix()
     try:
-        _run_and_check(page, path, rel, url, token, log_path)
+        if _runs(path):
+            _run_and_check(page, path, rel, url, token, log_path)
+        else:
+            _render_and_check(page, path, rel, url, token)
     finally:
         page.close()
         _shut_down(url, token, rel)
+
+
+def _drawings(nb) -> int:
+    """How many committed outputs hold a drawing (SVG or an image)."""
+    return sum(any(k.startswith("image/") for k in out.get("data", {}))
+               for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+
+
+def _render_and_check(page, path: Path, rel: str, url: str, token: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    page.goto(f"{url}/lab/tree/{rel}?token={token}&reset")
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
+    page.wait_for_timeout(1000)
+    committed = sum(bool(c.outputs) for c in nb.cells if c.cell_type == "code")
+    shown = page.locator(".jp-Notebook .jp-CodeCell .jp-OutputArea:has(.jp-OutputArea-output)").count()
+    assert shown == committed, f"{rel}: {committed} code cells have committed outputs, the page shows {shown}"
+    shot = ARTIFACTS / f"{path.parent.name}_{path.stem}.png"
+    page.screenshot(path=str(shot), full_page=False)
+    errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+    tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t.split("\n")[0]]
+    assert not tracebacks, f"{rel}: error output in the page:\n{tracebacks[0][:2000]}"
+    drawn = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img").count()
+    assert drawn >= _drawings(nb), f"{rel}: {_drawings(nb)} committed drawings, {drawn} drawn on the page"
 
 
 def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: Path) -> None:
@@ -254,7 +302,7 @@ def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: P
         assert page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img").count() > 0, \
             f"{rel}: no drawing rendered"
     widgets = page.locator(".jp-OutputArea-output .jupyter-widgets")
-    if "ipywidgets" in source or "checklist(" in source or "explore_" in source or "Explorer(" in source:
+    if _has_widgets(source):
         assert widgets.count() > 0, f"{rel}: no ipywidget rendered"
         _interact(page, rel)
 
