@@ -237,6 +237,28 @@ def cpu_identity() -> str:
     return f"{platform.machine()}-{torch.backends.cpu.get_cpu_capability().lower()}-{digest}"
 
 
+def _inductor_cache_dir_utils() -> Any:
+    """``torch._inductor.runtime.cache_dir_utils`` without importing Inductor (torch 2.13).
+
+    That module depends on nothing of torch but ``torch._environment``, while importing it by name runs
+    ``torch._inductor/__init__.py``, which imports Dynamo: 0.8 s of ``import npu_lab``, in every kernel
+    and worker. Loaded from its file under a private name unless Inductor is imported already.
+    """
+    import importlib.util
+    import os
+    import sys
+
+    name = "torch._inductor.runtime.cache_dir_utils"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.join(os.path.dirname(torch.__file__), "_inductor", "runtime", "cache_dir_utils.py")
+    spec = importlib.util.spec_from_file_location("npu_lab._inductor_cache_dir_utils", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def key_inductor_cache_by_cpu() -> None:
     """Give TorchInductor's on-disk cache a folder per CPU identity, unless the user chose one (torch 2.13).
 
@@ -250,9 +272,7 @@ def key_inductor_cache_by_cpu() -> None:
     """
     import os
 
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    default = os.path.abspath(default_cache_dir())
+    default = os.path.abspath(_inductor_cache_dir_utils().default_cache_dir())
     chosen = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if chosen and os.path.abspath(chosen) != default:
         return

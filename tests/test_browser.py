@@ -10,10 +10,12 @@ Two kinds of visit, so that no notebook is executed twice in one ``./run test`` 
 notebook and compares its outputs with the committed ones):
 
 * **run**: notebooks with widgets (a widget needs a live kernel) and the solved milestone (its checks fork the
-  kernel's process, which must work in a kernel JupyterLab started). The served copy has its outputs cleared and
-  the page runs all cells from the Run menu, as a learner would, so every output checked was produced in this
-  run. The numba kernels are compiled first (``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so
-  the time limits measure the notebooks, not a cold compiler cache. A notebook fails when no cell finishes for
+  kernel's process, which must work in a kernel JupyterLab started). The served copy has its outputs cleared up
+  to the last cell that shows a widget (the whole solution), and the page runs those cells from the Run menu, as
+  a learner would, so every output checked there was produced in this run; the cells after it keep their
+  committed outputs and are checked as a rendered notebook's are. The numba kernels are compiled first
+  (``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so the time limits measure the notebooks, not a
+  cold compiler cache. A notebook fails when no cell finishes for
   ``STALL_S`` seconds; the failure names the cell that was running, the kernel's state and the end of
   JupyterLab's log.
 * **render**: every other chapter opens with its committed outputs (the ones nbval reproduces in the same run),
@@ -65,13 +67,25 @@ pytestmark = [
 ]
 
 
-def _has_widgets(source: str) -> bool:
-    return "ipywidgets" in source or "checklist(" in source or "explore_" in source or "Explorer(" in source
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _code_cells(path: Path) -> list:
+    return [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+
+
+def _live(path: Path) -> int:
+    """How many leading code cells the page runs (see the module's docstring): all of a solution's; a chapter's
+    up to its last committed widget; none of a chapter without widgets (the page renders it)."""
+    cells = _code_cells(path)
+    if path.parent.name == "solutions":
+        return len(cells)
+    widgets = [i for i, c in enumerate(cells) if any(WIDGET in out.get("data", {}) for out in c.outputs)]
+    return widgets[-1] + 1 if widgets else 0
 
 
 def _runs(path: Path) -> bool:
-    """Whether the page runs the notebook (else it renders the committed outputs): see the module's docstring."""
-    return path.parent.name == "solutions" or _has_widgets(path.read_text())
+    return _live(path) > 0
 
 
 def _free_port() -> int:
@@ -102,18 +116,20 @@ def lab(tmp_path_factory):
     for folder in ("chapters", "solutions"):
         shutil.copytree(ROOT / folder, served / folder)
         for copy in (served / folder).glob("*.ipynb"):
-            if not _runs(ROOT / folder / copy.name):
+            live = _live(ROOT / folder / copy.name)
+            if not live:
                 continue
             nb = nbformat.read(copy, as_version=4)
-            for cell in nb.cells:
-                if cell.cell_type == "code":
-                    cell.outputs, cell.execution_count = [], None
+            for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+                cell.execution_count = None
+                if i < live:
+                    cell.outputs = []
             nbformat.write(nb, copy)
     env = dict(os.environ, NPU_LAB_HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "jupyter_config"),
                JUPYTER_DATA_DIR=str(home / "jupyter_data"), JUPYTERLAB_SETTINGS_DIR=str(settings))
     # JupyterLab shows an untrusted notebook's committed SVG and HTML as text: trust the rendered copies, as a
     # learner's own run of the notebook would
-    rendered = [str(served / p.relative_to(ROOT)) for p in NOTEBOOKS if not _runs(p)]
+    rendered = [str(served / p.relative_to(ROOT)) for p in NOTEBOOKS if _live(p) < len(_code_cells(p))]
     trust = subprocess.run([sys.executable, "-m", "jupyter", "trust", *rendered], env=env, capture_output=True,
                            text=True, timeout=120)
     assert trust.returncode == 0, f"jupyter trust failed:\n{trust.stderr[-2000:]}"
@@ -168,9 +184,14 @@ def _kernel_state(url: str, token: str, rel: str) -> str:
     return "no kernel"
 
 
-def _run_all(page) -> None:
+def _run_all(page, live: int) -> None:
+    """Run every cell from the Run menu, or (``live`` short of the code cells) every cell above code cell ``live``."""
+    cells = page.locator(".jp-Notebook .jp-CodeCell")
+    if live < cells.count():
+        cells.nth(live).locator(".jp-InputPrompt").click()
     page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells" if live >= cells.count() else "Run All Above Selected Cell",
+                     exact=True).click()
 
 
 def _prompts(page) -> list[str]:
@@ -252,13 +273,14 @@ def _render_and_check(page, path: Path, rel: str, url: str, token: str) -> None:
 
 
 def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: Path) -> None:
+    live = _live(path)
     page.goto(f"{url}/lab/tree/{rel}?token={token}&reset")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
     _wait_for_kernel(url, token, rel)
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=60_000)
     page.wait_for_timeout(1000)
     assert _finished(_prompts(page)) == 0, f"{rel}: the served copy should have no execution counts"
-    _run_all(page)
+    _run_all(page, live)
     # The menu click must have started the run: cells queue ('[*]') or finish within a minute.
     started = time.time()
     while all(p == "[ ]" for p in _prompts(page)):
@@ -269,8 +291,8 @@ def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: P
     begin = last_change = time.time()
     done = -1
     while True:
-        prompts = _prompts(page)
-        if prompts and _finished(prompts) == len(prompts):
+        prompts = _prompts(page)[:live]
+        if prompts and _finished(prompts) == live:
             break
         if _finished(prompts) != done:
             done, last_change = _finished(prompts), time.time()
@@ -302,9 +324,13 @@ def _run_and_check(page, path: Path, rel: str, url: str, token: str, log_path: P
         assert page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img").count() > 0, \
             f"{rel}: no drawing rendered"
     widgets = page.locator(".jp-OutputArea-output .jupyter-widgets")
-    if _has_widgets(source):
+    if any(WIDGET in out.get("data", {}) for c in _code_cells(path) for out in c.outputs):
         assert widgets.count() > 0, f"{rel}: no ipywidget rendered"
         _interact(page, rel)
+    if live < len(_code_cells(path)):  # the committed tail shows as a rendered notebook's outputs do
+        drawn = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img").count()
+        committed = _drawings(nbformat.read(path, as_version=4))
+        assert drawn >= committed, f"{rel}: {committed} committed drawings, {drawn} drawn on the page"
 
 
 def _interact(page, rel: str) -> None:
