@@ -32,13 +32,14 @@ import numpy as np
 import torch
 
 from ..device.bare import is_bare, owner, registered, require_bare, yours
+from ..distributed.forked_ranks import run_ranks
 from .carry import MARKER, load
 from .library import LIBRARIES, LearnerLibrary, forget, library
 
 T = TypeVar("T")
 
 __all__ = ["LIBRARIES", "MARKER", "LearnerLibrary", "attempt", "forget", "is_bare", "launch", "library", "load",
-           "owner", "random_bits", "registered", "require_bare", "yours"]
+           "owner", "random_bits", "registered", "require_bare", "run_ranks", "yours"]
 
 
 def _bytes(tensors: Iterable[object]) -> int:

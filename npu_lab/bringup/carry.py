@@ -8,7 +8,7 @@ milestone 1's matmul. The code that makes up your backend lives in the cells you
 (kernels, the helpers they use, the ``library(...).impl(...)`` calls). ``load("B1_eager_mlp")`` reads those
 cells from that notebook *as you saved it* (the ``.ipynb`` file next to the notebook you are in), writes
 them out as one Python module and imports it, so its kernels register in this process too (and numba's
-``cache=True`` finds a source file). The DDP workers of milestone 6 call it to bring your kernels into
+``cache=True`` finds a source file). The ranks of milestone 7 (B7_two_ranks) call it to bring your kernels into
 every rank. Loading a notebook again replaces what its previous load registered (the named libraries of
 :func:`npu_lab.bringup.library`).
 """

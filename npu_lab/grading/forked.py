@@ -217,6 +217,11 @@ def call_forked(fn: Callable[[], Any], timeout: float) -> Any:
         reaped = True
     finally:
         guard.end_child(pid, r, reaped)  # first statement: nothing may run before it (see guard.held)
+    return _outcome(status, chunks)
+
+
+def _outcome(status: int, chunks: list[bytes]) -> Any:
+    """What a child reported: its value, or its exception raised here (see :func:`call_forked`)."""
     if os.WIFSIGNALED(status) or not chunks:
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
         raise ChildError(f"the process running your code died ({how}) before it could report")
@@ -229,3 +234,77 @@ def call_forked(fn: Callable[[], Any], timeout: float) -> Any:
     exc = _KINDS.get(name, ChildError)(text)
     exc._child_trimmed = shown
     raise exc
+
+
+def _raised(chunks: list[bytes]) -> bool:
+    try:
+        return marshal.loads(b"".join(chunks))[0] == "raised"
+    except (EOFError, ValueError, TypeError):
+        return False
+
+
+def call_forked_all(fns: list[Callable[[], Any]], timeout: float) -> list[Any]:
+    """``[fn() for fn in fns]``, each in a forked child of its own, all running at once (ranks of a job).
+
+    Returns the values in order. When a child raises or dies, the others are stopped (a rank whose peer is
+    gone would wait in its next collective until its own timeout) and that child's exception is raised here,
+    as :func:`call_forked` raises it, with ``rank`` set to its index; :class:`ChildTimeout` when they are not
+    all done after ``timeout`` seconds.
+    """
+    if not hasattr(os, "fork"):
+        raise RuntimeError("running ranks as processes needs fork() (Linux or macOS)")
+    pids: list[int] = []
+    pipes: list[int] = []
+    chunks: list[list[bytes]] = [[] for _ in fns]
+    status: list[int | None] = [None] * len(fns)
+    try:
+        for fn in fns:
+            r, w = os.pipe()
+            with guard.held():
+                try:
+                    pid = os.fork()
+                except OSError:
+                    os.close(r)
+                    os.close(w)
+                    raise
+                if pid == 0:
+                    os.close(r)
+                    for other in pipes:
+                        os.close(other)
+                    _child(fn, w)
+                os.close(w)
+                pids.append(pid)
+                pipes.append(r)
+        end = time.monotonic() + timeout
+        open_ = set(range(len(fns)))
+        failed: int | None = None
+        while open_ and failed is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                late = ", ".join(str(i) for i in sorted(open_))
+                raise ChildTimeout(f"rank {late} did not finish within {timeout:g} s; every rank was stopped")
+            ready = select.select([pipes[i] for i in open_], [], [], min(POLL, left))[0]
+            for i in sorted(open_):
+                if pipes[i] not in ready:
+                    continue
+                chunk = os.read(pipes[i], 1 << 20)
+                if chunk:
+                    chunks[i].append(chunk)
+                    continue
+                open_.discard(i)
+                _, status[i] = os.waitpid(pids[i], 0)
+                if os.WIFSIGNALED(status[i]) or not chunks[i] or _raised(chunks[i]):
+                    failed = i
+                    break
+    finally:
+        for i, pid in enumerate(pids):  # the failed rank's peers, or all of them on a timeout or an interruption
+            guard.end_child(pid, pipes[i], status[i] is not None)
+    order = ([failed] if failed is not None else []) + list(range(len(fns)))
+    values: list[Any] = [None] * len(fns)
+    for i in order:
+        try:
+            values[i] = _outcome(status[i], chunks[i]) if status[i] is not None else None
+        except BaseException as exc:
+            exc.rank = i
+            raise
+    return values

@@ -128,9 +128,9 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
-    from . import wrong_b1, wrong_b2, wrong_b3
+    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b7
 
-    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG}
+    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b7.WRONG}
     load_all()
     os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
@@ -146,16 +146,22 @@ def milestone(path: Path) -> dict[str, Any]:
         file.write_text(src)
         exec(compile(src, str(file), "exec"), ns)  # noqa: S102
     report: dict[str, Any] = {"ids": ids, "solution": {}, "wrong": {}, "after": {}}
+
+    def answers(eid: str, scope: dict[str, Any] = ns) -> dict[str, Any]:
+        """A device check's answer is the device ({}); a function's, that function of ``scope``."""
+        return {n: scope.get(n) for n in EXERCISES[eid].names}
+
     for eid in ids:
         start = time.perf_counter()
-        r = grade(EXERCISES[eid], {})
+        r = grade(EXERCISES[eid], answers(eid))
         report["solution"][eid] = {"status": r.status, "text": str(r), "seconds": time.perf_counter() - start}
     for eid in ids:
         results = []
         for code in wrong.get(eid, []):
-            exec(textwrap.dedent(code), ns)  # noqa: S102
+            scope = dict(ns)  # the solution's answers stay in ns for the grading after
+            exec(textwrap.dedent(code), scope)  # noqa: S102
             try:
-                r = grade(EXERCISES[eid], {})
+                r = grade(EXERCISES[eid], answers(eid, scope))
             finally:
                 bringup.forget("wrong")
             failing = [c for c in r.cases if not c.passed]
@@ -163,7 +169,7 @@ def milestone(path: Path) -> dict[str, Any]:
                             "text": str(r)[:3000], "code": code})
         report["wrong"][eid] = results
     for eid in ids:  # the solution's kernels are back once the wrong ones are gone
-        report["after"][eid] = grade(EXERCISES[eid], {}).status
+        report["after"][eid] = grade(EXERCISES[eid], answers(eid)).status
     return report
 
 
