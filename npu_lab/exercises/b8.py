@@ -1,0 +1,347 @@
+"""Bring-up milestone 8: the debugging clinic. Six broken pieces of a backend (:mod:`npu_lab.bringup.clinic`),
+each found with one of the lab's tools and fixed by the learner.
+
+Each check grades the learner's fixed function: the check registers it for ``npu`` for as long as it grades
+(over the clinic's broken kernel, which comes back afterwards), so the answer is the function, and a stub still
+raising ``NotImplementedError`` is "not started".
+
+* ``b8.strides`` - ``abs_out`` on transposed, sliced, broadcast (stride 0) and permuted inputs;
+* ``b8.bounds`` - ``exp_out`` under ``memcheck``: no write outside ``out``'s storage, for any size;
+* ``b8.fake`` - ``row_scale_fake``, the fake implementation of ``clinic::row_scale``: PyTorch's ``opcheck``
+  (the fake's shapes, dtypes, strides and device against the kernel's), then ``torch.compile`` with
+  ``fullgraph=True`` and two batch sizes;
+* ``b8.copies`` - ``addmm_out``: right, and into a contiguous ``out`` with no allocation and no copy;
+* ``b8.desync`` - ``average_metrics`` on two and three ranks whose metrics arrive in different orders;
+* ``b8.module`` - ``register_device(name)`` run in a fresh Python process: a factory call reaches the
+  dispatcher instead of failing with "No module named 'torch.<name>'", for two names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
+
+import torch
+
+from ..grading.device import OpCase, Property
+from ..grading.registry import chapter, exercise
+from ..grading.tester import STUB_MESSAGE, NotStarted, Tester
+from .bringup_checks import TIMEOUT, grade_cases, randn
+
+chapter("b8", "Bring-up 8: the debugging clinic", [
+    "A kernel reads its inputs through their strides: a transposed or expanded input is not contiguous",
+    "memcheck's guard bytes catch a write past the end of a tensor's storage",
+    "torch.compile runs an operator on fake tensors first: a custom operator needs a fake implementation",
+    "An out= kernel writes into out: a temporary and a copy cost an allocation and the bytes twice",
+    "Every rank must issue the same collectives in the same order; equal sizes hide a wrong order",
+    "A renamed PrivateUse1 backend needs its device module registered before any device API runs",
+])
+
+
+@contextlib.contextmanager
+def _registered(op: str, fn: Callable) -> Iterator[None]:
+    """``fn`` as the npu kernel of ``op`` (a learner library of the check's), for the duration."""
+    from .. import bringup
+
+    bringup.library("b8-check").impl(op, fn, "PrivateUse1")
+    try:
+        yield
+    finally:
+        bringup.forget("b8-check")
+
+
+def _require_function(fn: object, name: str) -> None:
+    from ..device import bare
+
+    bare.require_bare("the bring-up checks")
+    if not callable(fn):
+        raise NotStarted(f"define {name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.strides
+# ---------------------------------------------------------------------------------------------
+
+def strides_cases() -> list[OpCase]:
+    c = OpCase
+    hint = "read the input through its strides: device_array(self) is a view with the tensor's own strides"
+    return [
+        c("abs of a contiguous matrix", "abs", lambda: [randn(3, 4)], torch.abs),
+        c("abs of a transposed matrix", "abs", lambda: [randn(4, 3, seed=1)], torch.abs, layout=lambda x: [x.t()],
+          hint=hint),
+        c("abs of a slice with a step", "abs", lambda: [randn(4, 10, seed=2)], torch.abs,
+          layout=lambda x: [x[:, 1::3]], hint=hint),
+        c("abs of a broadcast row (stride 0)", "abs", lambda: [randn(1, 5, seed=3)], torch.abs,
+          layout=lambda x: [x.expand(4, 5)], hidden=True, hint="an expanded tensor repeats one row: its stride is 0"),
+        c("abs of a permuted 3-d tensor", "abs", lambda: [randn(2, 3, 4, seed=4)], torch.abs,
+          layout=lambda x: [x.permute(2, 0, 1)], hidden=True, hint=hint),
+        c("abs of a view that starts inside its storage", "abs", lambda: [randn(6, 5, seed=5)], torch.abs,
+          layout=lambda x: [x[2:, 1:]], hidden=True,
+          hint="a view's first element is at its storage offset, not at the start of the storage"),
+        c("abs of int64", "abs", lambda: [torch.arange(-6, 6).reshape(3, 4)], torch.abs, hidden=True),
+        c("abs of an empty tensor", "abs", lambda: [torch.empty(0, 3)], torch.abs, hidden=True),
+    ]
+
+
+@exercise("b8.strides", "Clinic 1: abs.out that ignores strides", names=["abs_out"], timeout=TIMEOUT)
+def _strides(t: Tester, abs_out) -> None:
+    _require_function(abs_out, "abs_out(self, *, out)")
+    with _registered("abs.out", abs_out):
+        grade_cases(t, strides_cases(), ["aten::abs"])
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.bounds
+# ---------------------------------------------------------------------------------------------
+
+def bounds_cases() -> list[OpCase]:
+    c = OpCase
+    hint = "memcheck found a write outside out's storage: a loop must stop at the last element of out"
+    return [
+        c("exp of 5 numbers", "exp", lambda: [randn(5)], torch.exp, hint=hint),
+        c("exp of a (3, 4) matrix", "exp", lambda: [randn(3, 4, seed=1)], torch.exp, hint=hint),
+        c("exp of one number", "exp", lambda: [randn(1, seed=2)], torch.exp, hidden=True, hint=hint),
+        c("exp of 1000 numbers", "exp", lambda: [randn(1000, seed=3)], torch.exp, hidden=True, hint=hint),
+        c("exp of a (2, 3, 4) tensor", "exp", lambda: [randn(2, 3, 4, seed=4)], torch.exp, hidden=True, hint=hint),
+        c("exp of -inf, 0 and 80", "exp", lambda: [torch.tensor([float("-inf"), 0.0, 80.0])], torch.exp,
+          hidden=True),
+        c("exp of an empty tensor", "exp", lambda: [torch.empty(0)], torch.exp, hidden=True),
+    ]
+
+
+@exercise("b8.bounds", "Clinic 2: exp.out that writes past the end", names=["exp_out"], timeout=TIMEOUT)
+def _bounds(t: Tester, exp_out) -> None:
+    _require_function(exp_out, "exp_out(self, *, out)")
+    with _registered("exp.out", exp_out):
+        grade_cases(t, bounds_cases(), ["aten::exp"])
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.fake
+# ---------------------------------------------------------------------------------------------
+
+def _fake_inputs() -> list[tuple[str, Callable[[], torch.Tensor], bool]]:
+    return [
+        ("a (4, 8) float32 matrix", lambda: randn(4, 8), False),
+        ("a (2, 3, 5) tensor", lambda: randn(2, 3, 5, seed=1), False),
+        ("a transposed (6, 4) matrix (the kernel returns a contiguous result)", lambda: randn(4, 6, seed=2).t(),
+         False),
+        ("a float64 matrix", lambda: randn(3, 4, seed=3).double(), True),
+        ("a matrix with no rows", lambda: torch.empty(0, 4), True),
+    ]
+
+
+def _opcheck_case(t: Tester, what: str, x_cpu: torch.Tensor, hidden: bool) -> bool:
+    x = x_cpu.to("npu")
+    try:
+        torch.library.opcheck(torch.ops.clinic.row_scale.default, (x, 1e-6), test_utils=("test_faketensor",))
+    except Exception as exc:  # noqa: BLE001 - opcheck's report is the feedback
+        text = str(exc)
+        if STUB_MESSAGE in text or STUB_MESSAGE in repr(exc.__cause__):
+            raise NotStarted("row_scale_fake still raises NotImplementedError(\"YOUR CODE HERE\")") from None
+        first = next((line for line in text.splitlines() if line.strip()), type(exc).__name__)
+        t.expect(f"opcheck on {what}", False, expected="the fake's output matches the kernel's in shape, dtype, "
+                 "strides and device", got=first[:300], hidden=hidden,
+                 hint="a fake implementation returns a new tensor on x's device with exactly the metadata the "
+                      "kernel's result has (here: x's shape and dtype, contiguous), and reads no data")
+        return False
+    t.expect(f"opcheck on {what}", True, hidden=hidden)
+    return True
+
+
+@exercise("b8.fake", "Clinic 3: a custom operator without a fake implementation", names=["row_scale_fake"],
+          timeout=TIMEOUT)
+def _fake(t: Tester, row_scale_fake) -> None:
+    from ..bringup import clinic
+
+    _require_function(row_scale_fake, "row_scale_fake(x, eps)")
+    clinic.install("fake")
+    lib = torch.library.Library("clinic", "FRAGMENT")
+    try:
+        torch.library.register_fake("clinic::row_scale", row_scale_fake, lib=lib, allow_override=True)
+        ok = all([_opcheck_case(t, what, make(), hidden) for what, make, hidden in _fake_inputs()])
+        x = randn(3, 4).to("npu")
+        try:
+            fake = row_scale_fake(x, 1e-6)
+        except Exception:  # noqa: BLE001 - opcheck above reported it
+            fake = None
+        fresh = isinstance(fake, torch.Tensor) and fake is not x and (
+            not x.numel() or fake.untyped_storage().data_ptr() != x.untyped_storage().data_ptr())
+        t.expect("the fake returns a new tensor, not its input", fresh,
+                 hint="the kernel's result is a new tensor (the schema says so: no alias annotation): return "
+                      "x.new_empty(...), never x itself or a view of it")
+        if not (ok and fresh):
+            return
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda x: torch.ops.clinic.row_scale(x, 1e-6), backend="eager", fullgraph=True)
+        worst = 0.0
+        for rows in (4, 7):  # a second batch size: a recompile with a symbolic size
+            x = randn(rows, 8, seed=rows)
+            got = compiled(x.to("npu")).cpu()
+            worst = max(worst, float((got - clinic.row_scale_reference(x, 1e-6)).abs().max()))
+        t.expect("torch.compile(fullgraph=True) runs row_scale for batches of 4 and 7 rows", worst <= 1e-5,
+                 expected="the eager result", got="equal" if worst <= 1e-5 else f"differs by {worst:.3g}")
+    finally:
+        lib._destroy()
+        torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.copies
+# ---------------------------------------------------------------------------------------------
+
+def _no_copy_test(bias_shape: tuple[int, ...]) -> Callable[[], str]:
+    def test() -> str:
+        from .. import profile
+
+        b, m1, m2 = randn(*bias_shape).to("npu"), randn(6, 5, seed=1).to("npu"), randn(5, 4, seed=2).to("npu")
+        out = torch.empty(6, 4, device="npu")
+        before = torch.npu.memory_stats()["allocation.all.allocated"]
+        with profile() as prof:
+            torch.addmm(b, m1, m2, out=out)
+        allocations = torch.npu.memory_stats()["allocation.all.allocated"] - before
+        copies = sum(k.kind == "copy" for k in prof.kernels)
+        want = torch.addmm(b.cpu(), m1.cpu(), m2.cpu())
+        if float((out.cpu() - want).abs().max()) > 1e-4:
+            return "the result differs from the CPU's"
+        if allocations or copies:
+            return f"{allocations} allocation(s) and {copies} copy(ies) in one call"
+        return ""
+
+    return test
+
+
+def copies_cases() -> list[OpCase | Property]:
+    c = OpCase
+    return [
+        c("addmm(bias, a, b)", "addmm", lambda: [randn(4), randn(6, 5, seed=1), randn(5, 4, seed=2)], torch.addmm),
+        c("addmm with beta=0.5, alpha=2", "addmm", lambda: [randn(6, 4), randn(6, 5, seed=1), randn(5, 4, seed=2)],
+          lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0)),
+        c("addmm with beta=0 ignores the bias (even NaN)", "addmm",
+          lambda: [torch.full((4,), float("nan")), randn(6, 5, seed=1), randn(5, 4, seed=2)],
+          lambda b, x, y: torch.addmm(b, x, y, beta=0), hidden=True, hint="beta=0: the bias is not read at all"),
+        c("addmm into a transposed out", "addmm", lambda: [randn(4), randn(6, 5, seed=1), randn(5, 4, seed=2)],
+          lambda b, x, y: torch.addmm(b, x, y, out=torch.empty(4, 6, device=x.device).t()), hidden=True,
+          hint="out may be a view that is not contiguous: write through its strides (or copy into it, there only)"),
+        Property("addmm into a contiguous out: no allocation, no copy", "addmm", _no_copy_test((4,)),
+                 "0 allocations and 0 copies for one call",
+                 hint="compute straight into out (device_array(out) is out's memory): a temporary costs an "
+                      "allocation, and its copy moves the result's bytes a second time", blame=False),
+        Property("the same with a (6, 4) bias", "addmm", _no_copy_test((6, 4)), "0 allocations and 0 copies",
+                 hidden=True, hint="compute straight into out", blame=False),
+    ]
+
+
+@exercise("b8.copies", "Clinic 4: addmm.out that allocates and copies", names=["addmm_out"], timeout=TIMEOUT)
+def _copies(t: Tester, addmm_out) -> None:
+    _require_function(addmm_out, "addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out)")
+    with _registered("addmm.out", addmm_out):
+        grade_cases(t, copies_cases(), ["aten::addmm"])
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.desync
+# ---------------------------------------------------------------------------------------------
+
+METRICS = ("loss", "accuracy", "tokens")
+
+
+def _desync_body(average_metrics: Callable) -> Callable[[int, int], dict]:
+    def body(rank: int, world: int) -> dict:
+        from ..device.memcheck import memcheck
+
+        device = torch.device("npu", rank % torch.npu.device_count())
+        torch.npu.set_device(device)
+        values = {name: torch.tensor([10.0 ** i * (rank + 1)]).to(device) for i, name in enumerate(METRICS)}
+        order = METRICS[rank % len(METRICS):] + METRICS[:rank % len(METRICS)]  # each rank its own order
+        metrics = {name: values[name] for name in order}
+        kept = {k: v.cpu() for k, v in metrics.items()}
+        with memcheck():
+            got = average_metrics(metrics)
+        if not isinstance(got, dict):
+            return {"kind": type(got).__name__}
+        return {"kind": "dict", "got": {k: v.detach().cpu() for k, v in got.items() if isinstance(v, torch.Tensor)},
+                "keys": sorted(got), "inputs": all(torch.equal(kept[k], metrics[k].cpu()) for k in kept)}
+
+    return body
+
+
+@exercise("b8.desync", "Clinic 5: ranks that all-reduce in different orders", names=["average_metrics"],
+          timeout=TIMEOUT)
+def _desync(t: Tester, average_metrics) -> None:
+    from ..distributed.forked_ranks import run_ranks
+    from ..grading import forked
+
+    _require_function(average_metrics, "average_metrics(metrics)")
+    for world, hidden in ((2, False), (3, True)):
+        title = f"{world} ranks:"
+        try:
+            got = run_ranks(_desync_body(average_metrics), world, timeout=TIMEOUT / 3, collective_timeout=20.0)
+        except forked.ChildTimeout:
+            t.expect(f"{title} every rank finishes", False, got="a rank did not finish", hidden=hidden,
+                     hint="every rank must call the same collectives: a rank waiting for one its peers skip hangs")
+            return
+        except Exception as exc:  # noqa: BLE001 - the learner's code raised on a rank
+            text = forked.trimmed(exc) or str(exc)
+            if STUB_MESSAGE in text:
+                raise NotStarted("average_metrics still raises NotImplementedError(\"YOUR CODE HERE\")") from None
+            t.expect(f"{title} average_metrics runs on every rank", False, expected="no error",
+                     got=f"{type(exc).__name__.removesuffix('FromChild')}: {str(exc).splitlines()[0][:200]}",
+                     hidden=hidden)
+            return
+        want = {name: 10.0 ** i * (world + 1) / 2 for i, name in enumerate(METRICS)}
+        shapes_ok = all(r["kind"] == "dict" and r["keys"] == sorted(METRICS) for r in got)
+        t.expect(f"{title} every rank returns a dict of the same metrics", shapes_ok, hidden=hidden,
+                 expected=", ".join(sorted(METRICS)), got="; ".join(
+                     ", ".join(r["keys"]) if r["kind"] == "dict" else r["kind"] for r in got))
+        if not shapes_ok:
+            continue
+        wrong = [(rank, name, float(r["got"][name].reshape(-1)[0])) for rank, r in enumerate(got)
+                 for name in METRICS if abs(float(r["got"][name].reshape(-1)[0]) - want[name]) > 1e-4 * want[name]]
+        t.expect(f"{title} each metric is its mean over the ranks", not wrong, hidden=hidden,
+                 expected=", ".join(f"{k} {v:g}" for k, v in want.items()),
+                 got="all right" if not wrong else ", ".join(f"rank {r}: {n} {v:g}" for r, n, v in wrong[:3]),
+                 hint="the metrics arrive in a different order on each rank: all-reduce them in an order every rank "
+                      "agrees on (sorted by name), or as one tensor in that order")
+        t.expect(f"{title} the metrics passed in are left as they were", all(r["inputs"] for r in got),
+                 hidden=hidden, hint="all-reduce a copy: the caller may still use its own tensors")
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.module
+# ---------------------------------------------------------------------------------------------
+
+@exercise("b8.module", "Clinic 6: No module named 'torch.privateuseone'", names=["register_device"],
+          timeout=TIMEOUT)
+def _module(t: Tester, register_device) -> None:
+    from ..bringup import clinic
+
+    _require_function(register_device, "register_device(name)")
+    try:
+        inspect.getsource(register_device)
+    except (OSError, TypeError):
+        t.expect("register_device's source can be read (it runs in a fresh process)", False,
+                 hint="define register_device with def in a cell of its own")
+        return
+    for name, hidden in (("toy", False), ("gizmo", True)):
+        r = clinic.fresh_process(register_device, name)
+        if "crashed" in r:
+            t.expect(f"a fresh process runs register_device({name!r})", False, got=r["crashed"], hidden=hidden)
+            continue
+        if STUB_MESSAGE in r["registered"]:
+            raise NotStarted("register_device still raises NotImplementedError(\"YOUR CODE HERE\")")
+        t.expect(f"register_device({name!r}) runs in a fresh process", r["registered"] == "ok", got=r["registered"],
+                 hidden=hidden, hint="rename the backend first: the device module is registered under the new name")
+        reached = r["empty"].startswith("NotImplementedError: Could not run 'aten::empty.memory_format'")
+        t.expect(f"torch.empty(2, device={name!r}) reaches the dispatcher", reached, hidden=hidden,
+                 expected=f"NotImplementedError: Could not run 'aten::empty.memory_format' ... '{name}' backend "
+                          "(no kernel yet: that is the next step)",
+                 got=r["empty"][:200],
+                 hint="before a factory call runs, PyTorch imports torch.<name>, the device module: register one with "
+                      "torch._register_device_module(name, module)")
+        t.expect(f"torch.{name}.is_available() and device_count() answer", r["available"] == ["bool", "int"],
+                 hidden=hidden, expected="a bool and an int", got=str(r["available"])[:200],
+                 hint="the device module answers at least is_available() and device_count(), as torch.cuda does")
+        t.expect(f"tensors have is_{name} and .{name}()", r["methods"], hidden=hidden,
+                 hint="torch.utils.generate_methods_for_privateuse1_backend() adds them for the renamed backend")
