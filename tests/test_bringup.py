@@ -58,6 +58,30 @@ def test_milestone_solution_passes_and_wrong_answers_fail(path):
     assert r["after"] == {eid: "passed" for eid in r["ids"]}
 
 
+def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_attacks():
+    """An answer that never returns, ends its process, raises SystemExit or KeyboardInterrupt, or returns nonsense:
+    b7.ddp, b8.desync and b8.module each still give a verdict, within the limit, and say what happened."""
+    r = _worker("function_attacks", str(ROOT / "solutions"), NPU_LAB_CHECK_TIMEOUT="8")
+    assert len(r) == 15
+    for name, v in r.items():
+        assert v["status"] == "not yet", (name, v["text"])
+        assert v["seconds"] < 30, (name, v["seconds"])
+    assert "within 8 s" in r["b7.ddp never returns"]["text"]
+    assert "within 8 s" in r["b8.desync never returns"]["text"]
+    assert "within 8 s" in r["b8.module never returns"]["text"]
+    assert "returns the trained model" in r["b7.ddp returns nonsense"]["text"]
+
+
+def test_correct_alternatives_in_cpp_and_as_a_tile_kernel_pass():
+    """Kernels need not be numba: relu and its gradient in C++ (load_inline) pass b1.elementwise, and a puzzle tile
+    kernel bridged to aten::_softmax passes b3.attention, with the solution's other kernels."""
+    r = _worker("alternatives", str(ROOT / "solutions"))
+    assert r["cpp"]["status"] == "passed", r["cpp"]["text"]
+    assert r["cpp_used"]
+    assert r["tile"]["status"] == "passed", r["tile"]["text"]
+    assert r["tile_used"]
+
+
 def test_a_later_milestone_loads_the_backend_cells_of_an_earlier_one():
     r = _worker("carry", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"))
     assert r["before"] == []

@@ -48,11 +48,11 @@ def _array(t: torch.Tensor) -> np.ndarray:
 # -- strides ------------------------------------------------------------------------------------
 
 def abs_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    """Broken: walks the input's memory from its first element, as if the tensor were contiguous."""
-    out.resize_(self.shape)  # abs.out is not structured: its caller may pass an empty out
+    """Broken: reads the input's memory in order, as if the tensor were contiguous."""
+    out.resize_(self.shape)  # abs.out is not structured: out may come empty
     n = self.numel()
     if n:
-        memory = _array(self.as_strided((n,), (1,)))  # the first n elements of memory, in memory order
+        memory = _array(self.as_strided((n,), (1,)))  # n elements, in memory order
         _array(out)[...] = np.abs(memory).reshape(out.shape)
         launch("abs", (self,), (out,))
     return out
@@ -62,12 +62,12 @@ def abs_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
 
 @numba.njit(cache=True)
 def _exp_loop(x: np.ndarray, y: np.ndarray) -> None:
-    for i in range(x.shape[0] + 1):  # one step too many: y has x.shape[0] elements
+    for i in range(x.shape[0] + 1):  # one step too many: y has x.shape[0]
         y[i] = np.exp(x[min(i, x.shape[0] - 1)])
 
 
 def exp_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
-    """Broken: its loop writes ``out``'s elements and one more, past the end of the storage."""
+    """Broken: writes out's elements, and one more past the end of its storage."""
     if self.numel():
         x = self.contiguous()
         _exp_loop(_array(x).reshape(-1), _array(out).reshape(-1))
@@ -78,7 +78,7 @@ def exp_out(self: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
 # -- fake ---------------------------------------------------------------------------------------
 
 def row_scale_kernel(x: torch.Tensor, eps: float) -> torch.Tensor:
-    """``x / sqrt(mean(x**2 over the last dimension) + eps)``, row by row (the npu kernel, which is fine)."""
+    """x / sqrt(mean(x**2, last dimension) + eps): the npu kernel (this part is fine)."""
     xc = x.contiguous()
     a = _array(xc)
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -108,15 +108,17 @@ def row_scale_reference(x: torch.Tensor, eps: float) -> torch.Tensor:
 
 # -- copies -------------------------------------------------------------------------------------
 
-def addmm_out(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, beta: float = 1, alpha: float = 1,
-              out: torch.Tensor) -> torch.Tensor:
-    """Broken (slow, not wrong): computes into a tensor of its own, then copies it into ``out``."""
+def addmm_out(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *,
+              beta: float = 1, alpha: float = 1, out: torch.Tensor) -> torch.Tensor:
+    """Broken (slow, not wrong): computes into a tensor of its own, copies it to out."""
     result = torch.empty(out.shape, dtype=out.dtype, device=out.device)
     if result.numel():
         a, b = _array(mat1.contiguous()), _array(mat2.contiguous())
+        product = alpha * (a @ b)
         bias = np.broadcast_to(_array(self.contiguous()), result.shape)
-        _array(result)[...] = (beta * bias + alpha * (a @ b)) if beta else alpha * (a @ b)
-        launch("addmm", (self, mat1, mat2), (result,), flops=2 * mat1.shape[0] * mat1.shape[1] * mat2.shape[1])
+        _array(result)[...] = beta * bias + product if beta else product
+        flops = 2 * mat1.shape[0] * mat1.shape[1] * mat2.shape[1]
+        launch("addmm", (self, mat1, mat2), (result,), flops=flops)
     out.copy_(result)
     return out
 
@@ -124,10 +126,11 @@ def addmm_out(self: torch.Tensor, mat1: torch.Tensor, mat2: torch.Tensor, *, bet
 # -- desync -------------------------------------------------------------------------------------
 
 def average_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Broken: each rank all-reduces its metrics in the order it computed them, which differs between ranks.
+    """Broken: each rank all-reduces its metrics in the order it computed them.
 
-    (Here rank 1 computed them in the opposite order.) Every metric is a tensor of one element, so every
-    all-reduce has the same size and nothing complains: the values are summed across *different* metrics.
+    Odd ranks computed them in the opposite order. Every metric has one element, so
+    every all-reduce has the same size, nothing complains, and different metrics are
+    summed together.
     """
     names = list(metrics) if dist.get_rank() % 2 == 0 else list(reversed(metrics))
     out = {}
@@ -141,10 +144,10 @@ def average_metrics(metrics: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 # -- module -------------------------------------------------------------------------------------
 
 def register_device(name: str) -> None:
-    """Broken: renames the PrivateUse1 backend to ``name`` and stops there; the device module is never registered.
+    """Broken: renames the PrivateUse1 backend and stops: no device module is registered.
 
-    Run in a fresh process: ``torch.empty(2, device=name)`` then fails before it reaches the dispatcher, with
-    ``ModuleNotFoundError: No module named 'torch.<name>'`` (PyTorch's lazy device initialisation imports it).
+    In a fresh process, torch.empty(2, device=name) then fails before the dispatcher:
+    "ModuleNotFoundError: No module named 'torch.<name>'" (lazy initialisation imports it).
     """
     torch.utils.rename_privateuse1_backend(name)
 
@@ -182,19 +185,23 @@ print(json.dumps(out))
 """
 
 
-def fresh_process(register: Callable[[str], None], name: str) -> dict[str, Any]:
+def fresh_process(register: Callable[[str], None], name: str, timeout: float = 60.0) -> dict[str, Any]:
     """Run ``register(name)`` in a new Python process (``import torch`` done, no npu_lab), then try the device there.
 
     ``register``'s source runs as a script of its own (it imports what else it needs itself). Returns what
     happened: ``registered`` ("ok" or the error), ``empty`` (what ``torch.empty(2, device=name)`` raised),
     ``available`` (the types ``torch.<name>.is_available()`` and ``device_count()`` returned, or the error) and
-    ``methods`` (whether tensors have ``is_<name>`` and ``.<name>()``); ``crashed`` if the process died.
+    ``methods`` (whether tensors have ``is_<name>`` and ``.<name>()``); ``crashed`` if the process died or
+    ran past ``timeout`` seconds.
     """
     source = textwrap.dedent(inspect.getsource(register))
     script = _PROBE.format(source=source, function=register.__name__)
     env = {k: v for k, v in os.environ.items() if k != "NPU_LAB_BARE"}
-    proc = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True, timeout=120,
-                          env=env)
+    try:
+        proc = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"crashed": f"the process did not finish within {timeout:g} s (it was stopped)"}
     lines = proc.stdout.strip().splitlines()
     if proc.returncode or not lines:
         return {"crashed": (proc.stderr.strip().splitlines() or ["no output"])[-1][:300]}

@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from ..bringup.workers import mlp_and_batches
 from ..grading import forked
+from ..grading.device import case_limit
 from ..grading.registry import chapter, exercise
 from ..grading.tester import STUB_MESSAGE, NotStarted, Tester
 from .bringup_checks import TIMEOUT
@@ -97,7 +98,8 @@ def _rank_body(train_ddp: Callable, model: nn.Module, batches: list, lr: float) 
     return body
 
 
-def _grade_case(t: Tester, train_ddp: Callable, case: Case) -> None:
+def _grade_case(t: Tester, train_ddp: Callable, case: Case) -> bool:
+    """Grade one case; False when its ranks had to be stopped (the next cases would only wait as long)."""
     from ..distributed.forked_ranks import run_ranks
 
     model, batches = mlp_and_batches(case.seed, case.steps, case.batch)
@@ -107,14 +109,15 @@ def _grade_case(t: Tester, train_ddp: Callable, case: Case) -> None:
     def expect(description: str, ok: bool, **fields: str) -> None:
         t.expect(description, ok, hidden=case.hidden, **fields)
 
+    limit = case_limit(TIMEOUT / 2)
     try:
-        got = run_ranks(_rank_body(train_ddp, model, batches, case.lr), case.world, timeout=TIMEOUT / 2,
-                        collective_timeout=20.0)
+        got = run_ranks(_rank_body(train_ddp, model, batches, case.lr), case.world, timeout=limit,
+                        collective_timeout=min(20.0, limit))
     except forked.ChildTimeout:
-        expect(f"{title} every rank finishes", False, expected=f"done within {TIMEOUT / 2:g} s",
+        expect(f"{title} every rank finishes", False, expected=f"done within {limit:g} s",
                  got="a rank did not finish", hint="a rank that waits in a collective its peers never call hangs "
                                                     "(every rank must run the same steps)")
-        return
+        return False
     except Exception as exc:  # noqa: BLE001 - the learner's code raised on a rank
         text = forked.trimmed(exc) or str(exc)
         if STUB_MESSAGE in text:
@@ -123,12 +126,12 @@ def _grade_case(t: Tester, train_ddp: Callable, case: Case) -> None:
         expect(f"{title} train_ddp runs on every rank", False, expected="no error",
                  got=f"{type(exc).__name__.removesuffix('FromChild')}: {first}",
                  hint="a kernel your model's DDP step needs may be missing: coverage() on one rank lists them")
-        return
+        return True
     if any(r["returned"] != "module" for r in got):
         kind = next(r["returned"] for r in got if r["returned"] != "module")
         expect(f"{title} train_ddp returns the trained model", False, expected="an nn.Module (or its DDP wrapper)",
                  got=kind)
-        return
+        return True
     share = case.batch // case.world
     for rank, r in enumerate(got):
         device = f"npu:{rank % torch.npu.device_count()}"
@@ -157,6 +160,7 @@ def _grade_case(t: Tester, train_ddp: Callable, case: Case) -> None:
              got="within 1e-4" if worst <= 1e-4 else f"max difference {worst:.3g} (in {where})",
              hint="DDP averages the gradients over the ranks: with equal shares, a mean loss on each share and the "
                   "same SGD (lr, momentum 0.9) on every rank, the average is the full batch's gradient")
+    return True
 
 
 @exercise("b7.ddp", "Two ranks: DDP over npuccl with your kernels trains equal to one process",
@@ -168,4 +172,5 @@ def _ddp(t: Tester, train_ddp) -> None:
     if not callable(train_ddp):
         raise NotStarted("define train_ddp(rank, world_size, model, batches, lr)")
     for case in CASES:
-        _grade_case(t, train_ddp, case)
+        if not _grade_case(t, train_ddp, case):
+            break

@@ -13,6 +13,8 @@ dispatch key, a wrapper that launches the learner's puzzle kernel on every softm
 The wrapper moves the softmax dimension last and makes it contiguous (rows of length ``m``),
 launches ``kernel(ctx, x, out, n, m, B0, B1)`` on ``cdiv(n, B0)`` blocks with the compiled runner,
 and moves the dimension back. The backward (``aten::_softmax_backward_data``) stays the NPU's own.
+On a bare device (``NPU_LAB_BARE=1``) there is no shipped softmax: the puzzle kernel is one of yours
+(``npu_lab.bringup.yours()`` lists ``aten::_softmax``), and the backward must be yours too.
 """
 
 from __future__ import annotations
@@ -55,12 +57,19 @@ class PuzzleKernel:
         return f"<puzzle kernel for {self.op}: {state}, {self.calls} calls>"
 
 
+class _NothingRemoved:
+    def restore(self) -> None:
+        pass
+
+
 def register_softmax(kernel: Callable[..., None], B0: int = 4, B1: int = 32,  # noqa: N803 - the puzzle's names
                      scratchpad: int = 2048) -> PuzzleKernel:
     """Register ``kernel`` (the softmax or online-softmax puzzle's signature) as npu's ``aten::_softmax``."""
+    from ..device.bare import is_bare
     from ..ops.registry import without_kernels
 
-    removed = without_kernels("aten::_softmax")
+    # on a bare device there is no shipped kernel to take out: the puzzle kernel is one of yours
+    removed = _NothingRemoved() if is_bare() else without_kernels("aten::_softmax")
     lib = torch.library.Library("aten", "IMPL")
     handle = PuzzleKernel("aten::_softmax", lib, removed)
 

@@ -118,6 +118,107 @@ def attacks(path: Path) -> dict[str, Any]:
     return out
 
 
+#: relu and its gradient in C++, built with torch.utils.cpp_extension.load_inline: a correct alternative to the
+#: numba kernels of milestone 1 (they read and write the npu tensors' memory through data_ptr).
+CPP_RELU = r"""
+#include <torch/extension.h>
+
+torch::Tensor relu(const torch::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() == at::kFloat, "relu: float32 only, got ", self.scalar_type());
+  auto x = self.contiguous();
+  auto out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const float* src = x.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = src[i] > 0.0f ? src[i] : 0.0f;
+  return out;
+}
+
+torch::Tensor threshold_backward(const torch::Tensor& grad, const torch::Tensor& self, double threshold) {
+  TORCH_CHECK(grad.sizes() == self.sizes(), "threshold_backward: grad and self differ in shape");
+  auto g = grad.contiguous();
+  auto x = self.contiguous();
+  auto out = at::empty_like(g, at::MemoryFormat::Contiguous);
+  const float* gp = g.data_ptr<float>();
+  const float* xp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t i = 0; i < g.numel(); ++i) op[i] = xp[i] > threshold ? gp[i] : 0.0f;
+  return out;
+}
+"""
+
+def alternatives(folder: Path) -> dict[str, Any]:
+    """Grade milestone checks with some of the solution's numba kernels replaced by C++ and by a tile kernel."""
+    from torch.utils.cpp_extension import load_inline
+
+    from npu_lab import bringup
+    from npu_lab.grading import EXERCISES, grade, load_all
+    from npu_lab.puzzles.bridge import register_softmax
+
+    load_all()
+    for name in ("B1_eager_mlp", "B2_cnn", "B3_transformer"):
+        bringup.load(name, folder=folder)
+    build = Path(tempfile.mkdtemp(prefix="npu_lab_cpp_"))
+    cpp = load_inline("bringup_cpp_relu", CPP_RELU, functions=["relu", "threshold_backward"],
+                      build_directory=str(build))
+    lib = bringup.library("cpp")
+    lib.impl("relu", cpp.relu, "PrivateUse1")
+    lib.impl("threshold_backward", lambda g, x, threshold: cpp.threshold_backward(g, x, float(threshold)),
+             "PrivateUse1")
+    out: dict[str, Any] = {}
+    r = grade(EXERCISES["b1.elementwise"], {})
+    out["cpp"] = {"status": r.status, "text": str(r)[:3000]}
+    import torch
+
+    failed = bringup.attempt(lambda: torch.relu(torch.ones(2, dtype=torch.float64).to("npu")))
+    out["cpp_used"] = "relu: float32 only" in repr(failed)  # the C++ kernel's own check: it is the one that ran
+    from npu_lab.puzzles.solutions import online_softmax_kernel  # a row softmax as a tile kernel (chapter P0)
+
+    with register_softmax(online_softmax_kernel) as mine:
+        r = grade(EXERCISES["b3.attention"], {})
+        out["tile"] = {"status": r.status, "text": str(r)[:3000]}
+        x = torch.randn(3, 5).to("npu")
+        before = mine.calls
+        got = torch.softmax(x, dim=-1).cpu()
+        out["tile_used"] = mine.calls > before and bool(torch.allclose(got, torch.softmax(x.cpu(), -1), atol=1e-6))
+    return out
+
+
+#: Answers that attack a check that runs the learner's function on forked ranks or in a fresh process.
+FUNCTION_ATTACKS = {
+    "never returns": "def answer(*args, **kwargs):\n    while True:\n        pass\n",
+    "os._exit": "def answer(*args, **kwargs):\n    import os\n    os._exit(3)\n",
+    "SystemExit": "def answer(*args, **kwargs):\n    raise SystemExit(0)\n",
+    "KeyboardInterrupt": "def answer(*args, **kwargs):\n    raise KeyboardInterrupt\n",
+    "returns nonsense": "def answer(*args, **kwargs):\n    return object()\n",
+}
+#: The checks of that kind: each runs every attack as its answer.
+PROCESS_CHECKS = ("b7.ddp", "b8.desync", "b8.module")
+
+
+def function_attacks(folder: Path) -> dict[str, Any]:
+    """Grade each check of :data:`PROCESS_CHECKS` with each of :data:`FUNCTION_ATTACKS` as the answer."""
+    from npu_lab import bringup
+    from npu_lab.grading import EXERCISES, grade, load_all
+
+    load_all()
+    bringup.load("B1_eager_mlp", folder=folder)
+    bringup.load("B3_transformer", folder=folder)  # DDP's cat
+    files = Path(tempfile.mkdtemp(prefix="npu_lab_attacks_"))
+    out: dict[str, Any] = {}
+    for eid in PROCESS_CHECKS:
+        name = EXERCISES[eid].names[0]
+        for attack, code in FUNCTION_ATTACKS.items():
+            file = files / f"{eid}_{len(out)}.py"
+            file.write_text(code.replace("def answer", f"def {name}"))
+            scope: dict[str, Any] = {}
+            exec(compile(file.read_text(), str(file), "exec"), scope)  # noqa: S102
+            start = time.perf_counter()
+            r = grade(EXERCISES[eid], {name: scope[name]})
+            out[f"{eid} {attack}"] = {"status": r.status, "text": str(r)[:1500],
+                                      "seconds": time.perf_counter() - start}
+    return out
+
+
 def _cells(path: Path) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     return [c.source for c in nb.cells if c.cell_type == "code"]
@@ -183,6 +284,10 @@ def main(argv: list[str]) -> int:
         result = attacks(Path(argv[1]))
     elif argv[0] == "readiness":
         result = readiness(Path(argv[1]))
+    elif argv[0] == "function_attacks":
+        result = function_attacks(Path(argv[1]))
+    elif argv[0] == "alternatives":
+        result = alternatives(Path(argv[1]))
     elif argv[0] == "carry":
         result = carry(Path(argv[1]))
     elif argv[0] == "milestone":
