@@ -75,6 +75,29 @@ def _opinfo_name(aten_name: str, claimed: Any) -> str | None:
     return None
 
 
+#: Samples per OpInfo for the readiness check on a bare device (the B4 milestone's check runs more).
+BARE_SAMPLES = 8
+
+
+def _bare_conformance(ops: list[str]) -> Item:
+    """PyTorch's OpInfo samples (the first :data:`BARE_SAMPLES` of each) for the learner's operators the model
+    ran, on the learner's kernels: done when every OpInfo that exercises one of them passes."""
+    from ..bringup import conformance
+
+    names = conformance.opinfos_for(ops)
+    if not names:
+        return Item("native operators in the OpInfo conformance suite", TODO,
+                    "no OpInfo exercises an operator of yours yet")
+    report = conformance.opinfo(names, samples=BARE_SAMPLES)
+    bad = report.failing()
+    detail = (f"{len(names) - len(bad)} of the {len(names)} OpInfos that exercise your operators pass their first "
+              f"{BARE_SAMPLES} samples")
+    if bad:
+        detail += " (failing: " + ", ".join(f"{o.name} {o.status}" for o in bad[:5]) + (", ..." if len(bad) > 5
+                                                                                         else "") + ")"
+    return Item("native operators in the OpInfo conformance suite", OK if not bad else TODO, detail)
+
+
 def _sim(fn: Any) -> tuple[float, int]:
     from ..profiler import profile
 
@@ -124,9 +147,7 @@ def readiness(model: torch.nn.Module, *inputs: torch.Tensor, compile: bool = Tru
 
     names = {op.split("::")[-1].split(".")[0] for op in cov.native}
     if cov.bare:
-        report.items.append(Item("native operators in the OpInfo conformance suite", TODO,
-                                 f"not measured: PyTorch's OpInfo samples have not been run on your {len(names)} "
-                                 "operator families on this bare device"))
+        report.items.append(_bare_conformance(cov.native))
     else:
         tested = sorted(n for n in names if _opinfo_name(n, CLAIMED_OPINFOS))
         report.items.append(Item("native operators in the OpInfo conformance suite", OK if tested else TODO,

@@ -21,6 +21,9 @@ replaces its kernels::
 A kernel tells the device it ran with :func:`launch` (the driver's launch: the simulated clock, the
 profiler and the launch counters see it). What you register, and only that, is what the track's checks
 grade, what :func:`npu_lab.readiness` counts on a bare device, and what ``npu_lab.progress("b1")`` shows.
+
+:mod:`npu_lab.bringup.conformance` runs tests nobody on your team wrote against your kernels: PyTorch's OpInfo
+samples (``conformance.opinfo()``) and the ported torch_openreg tests (``conformance.openreg_tests()``).
 """
 
 from __future__ import annotations
@@ -33,13 +36,14 @@ import torch
 
 from ..device.bare import is_bare, owner, registered, require_bare, yours
 from ..distributed.forked_ranks import run_ranks
+from . import conformance
 from .carry import MARKER, load
 from .library import LIBRARIES, LearnerLibrary, forget, library
 
 T = TypeVar("T")
 
-__all__ = ["LIBRARIES", "MARKER", "LearnerLibrary", "attempt", "forget", "is_bare", "launch", "library", "load",
-           "owner", "random_bits", "registered", "require_bare", "run_ranks", "yours"]
+__all__ = ["LIBRARIES", "MARKER", "LearnerLibrary", "attempt", "conformance", "forget", "is_bare", "launch",
+           "library", "load", "owner", "random_bits", "registered", "require_bare", "run_ranks", "yours"]
 
 
 def _bytes(tensors: Iterable[object]) -> int:

@@ -14,6 +14,8 @@ time the lab's shipped kernels on the same step, and to put them back exactly (:
 
 from __future__ import annotations
 
+import functools
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +29,22 @@ class _Impl:
     fn: Callable
     key: str
     with_keyset: bool
+
+
+#: Held while a learner's npu kernel runs. The device runs one kernel at a time (as a stream does), and the bare
+#: device's numba threading layer (``workqueue``, chosen because the checks fork) aborts the whole process when two
+#: host threads launch parallel kernels at once: PyTorch's device tests do that (torch_openreg's
+#: ``test_concurrent_device_operations``). Re-entrant, because a kernel may call operators that run other kernels.
+DEVICE_QUEUE = threading.RLock()
+
+
+def _serialized(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def kernel(*args, **kwargs):
+        with DEVICE_QUEUE:
+            return fn(*args, **kwargs)
+
+    return kernel
 
 
 class LearnerLibrary(torch.library.Library):
@@ -46,7 +64,8 @@ class LearnerLibrary(torch.library.Library):
                 # a later milestone replacing a kernel of an earlier one: the latest registration wins (and
                 # destroying its library brings the earlier one back); PyTorch's warning says nothing new here
                 warnings.filterwarnings("ignore", message=r"(?s).*Overriding a previously registered kernel")
-            super().impl(op_name, fn, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)
+            kernel = _serialized(fn) if key == "PrivateUse1" and callable(fn) else fn
+            super().impl(op_name, kernel, dispatch_key, with_keyset=with_keyset, allow_override=allow_override)
         self.impls.append(entry)
 
     def qualified(self) -> list[str]:

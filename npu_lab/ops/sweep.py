@@ -66,6 +66,8 @@ class OpStatus:
     samples: int = 0
     grads_checked: bool = False
     fell_back: tuple[str, ...] = ()
+    #: the sample that failed (shapes, strides, dtypes, the other arguments), when one did
+    sample: str = ""
 
 
 @dataclass
@@ -129,6 +131,20 @@ def _missing(exc: BaseException) -> str | None:
     return None
 
 
+def _where(exc: BaseException) -> str:
+    """" (in <function>, line: <code>)" for the deepest frame of the traceback outside torch and npu_lab: the
+    kernel author's own code (a bring-up kernel, loaded from a notebook), when there is such a frame."""
+    import traceback
+    from pathlib import Path
+
+    skip = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(skip)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (in {f.name}: {(f.line or '').strip()[:120]})"
+
+
 def _in_float32(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> Any:
     """For a 16-bit ``dtype``: ``op`` on the CPU with its floating inputs in float32, the result rounded to ``dtype``.
 
@@ -151,8 +167,33 @@ def _in_float32(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> Any:
         return None
 
 
-def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bool = True) -> OpStatus:
-    """Run the first ``samples`` samples of one OpInfo on npu (fallback as currently set)."""
+def describe_sample(args: tuple, kwargs: dict) -> str:
+    """A sample's arguments as a line: tensors by shape, dtype and (when not contiguous) strides."""
+
+    def one(x: Any) -> str:
+        if isinstance(x, torch.Tensor):
+            text = f"tensor{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
+            return text if x.is_contiguous() or x.layout != torch.strided else f"{text} strides {x.stride()}"
+        if isinstance(x, (list, tuple)):
+            inner = ", ".join(one(v) for v in x)
+            return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+        return repr(x)
+
+    text = ", ".join([one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()])
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_op(op, dtype: torch.dtype = torch.float32, samples: int | None = 3, grads: bool = True,
+             noncontiguous: bool = False) -> OpStatus:
+    """Run the first ``samples`` samples (None: all) of one OpInfo on npu (fallback as currently set).
+
+    ``noncontiguous``: each sample's tensors are replaced by non-contiguous copies of the same values (as
+    PyTorch's ``test_noncontiguous_samples`` does), so a kernel that ignores strides shows.
+    """
+    return _check_op(op, dtype, samples, grads, noncontiguous)
+
+
+def _check_op(op, dtype: torch.dtype, samples: int | None, grads: bool, noncontiguous: bool) -> OpStatus:
     name = opinfo_name(op)
     if dtype not in op.supported_dtypes("cpu"):
         return OpStatus(name, "skipped", f"no CPU {dtype} kernel")
@@ -165,12 +206,16 @@ def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bo
     torch.manual_seed(0)
     try:
         inputs, on_npu = list(itertools.islice(op.sample_inputs("npu", dtype, requires_grad=want_grad), samples)), True
+        if noncontiguous:
+            inputs = [s.noncontiguous() for s in inputs]
     except Exception:  # noqa: BLE001 - retried on the CPU below
         on_npu = False
     if not on_npu:
         torch.manual_seed(0)
         try:
             inputs = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=want_grad), samples))
+            if noncontiguous:
+                inputs = [s.noncontiguous() for s in inputs]
         except Exception as exc:  # noqa: BLE001 - a broken sample generator is PyTorch's, not ours
             return OpStatus(name, "skipped", f"sample inputs fail on the CPU: {type(exc).__name__}")
     before = Counter(fallback.counts)  # making the samples may fall back; running them is what counts
@@ -196,8 +241,9 @@ def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bo
         except Exception as exc:  # noqa: BLE001 - classified below
             kernel = _missing(exc)
             if kernel is not None:
-                return OpStatus(name, "missing", kernel, ran)
-            return OpStatus(name, "error", f"{type(exc).__name__}: {str(exc).strip()[:200]}", ran)
+                return OpStatus(name, "missing", kernel, ran, sample=describe_sample(args, kwargs))
+            return OpStatus(name, "error", f"{type(exc).__name__}: {str(exc).strip()[:200]}{_where(exc)}", ran,
+                            sample=describe_sample(args, kwargs))
         sample_random = random or _random_sample(name, args, kwargs)
         try:
             if sample_random:
@@ -214,7 +260,8 @@ def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bo
                         raise
                     _compare(wide, actual, rtol, atol)
         except AssertionError as exc:
-            return OpStatus(name, "wrong", f"forward: {str(exc).strip()[:300]}", ran)
+            return OpStatus(name, "wrong", f"forward: {str(exc).strip()[:300]}", ran,
+                            sample=describe_sample(args, kwargs))
         if want_grad and not sample_random:
             try:
                 g_cpu = _grads(lambda *a, kw=kwargs: op(*a, **kw), args, "cpu")
@@ -226,9 +273,10 @@ def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bo
                 except Exception as exc:  # noqa: BLE001
                     kernel = _missing(exc)
                     if kernel is not None:
-                        return OpStatus(name, "missing", f"{kernel} (backward)", ran)
-                    return OpStatus(name, "error", f"backward: {type(exc).__name__}: {str(exc).strip()[:200]}",
-                                    ran)
+                        return OpStatus(name, "missing", f"{kernel} (backward)", ran,
+                                        sample=describe_sample(args, kwargs))
+                    return OpStatus(name, "error", f"backward: {type(exc).__name__}: {str(exc).strip()[:200]}"
+                                    f"{_where(exc)}", ran, sample=describe_sample(args, kwargs))
                 try:
                     for gc, gn in zip(g_cpu, g_npu):
                         if gc is None or gn is None:
@@ -237,7 +285,8 @@ def check_op(op, dtype: torch.dtype = torch.float32, samples: int = 3, grads: bo
                             torch.testing.assert_close(gn, gc, rtol=max(rtol, 1e-4), atol=max(atol, 1e-4),
                                                        equal_nan=True)
                 except AssertionError as exc:
-                    return OpStatus(name, "wrong", f"backward: {str(exc).strip()[:300]}", ran)
+                    return OpStatus(name, "wrong", f"backward: {str(exc).strip()[:300]}", ran,
+                                    sample=describe_sample(args, kwargs))
                 grads_checked = grads_checked or bool(g_cpu)
         ran += 1
     if ran == 0:

@@ -219,6 +219,26 @@ def function_attacks(folder: Path) -> dict[str, Any]:
     return out
 
 
+def conformance_tools(folder: Path) -> dict[str, Any]:
+    """bringup.conformance with PyTorch's test modules imported *before* npu_lab (as a careless notebook does)."""
+    from torch.testing._internal.common_methods_invocations import op_db  # noqa: F401 - the import order is the point
+
+    from npu_lab import bringup
+    from npu_lab.bringup import conformance
+
+    out: dict[str, Any] = {"none": repr(conformance.opinfo(["sum"]))}
+    bringup.load("B1_eager_mlp", folder=folder)
+    report = conformance.opinfo(["sum", "mm"])
+    out["sum"] = {"status": report["sum"].status, "detail": report["sum"].detail, "sample": report["sum"].sample}
+    out["mm"] = report["mm"].status
+    out["for"] = conformance.opinfos_for(["aten::mm.out", "aten::native_layer_norm", "aten::_log_softmax.out"])
+    tests = conformance.openreg_tests(["test_opinfo.py", "test_device.py"])
+    out["opinfo_tests"] = sum(1 for k in tests.tests if k.startswith("test_opinfo.py"))
+    out["missing"] = dict(tests.missing())
+    out["concurrent"] = tests.outcome("test_device.py::TestDevice::test_concurrent_device_operations")
+    return out
+
+
 def _cells(path: Path) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     return [c.source for c in nb.cells if c.cell_type == "code"]
@@ -229,9 +249,10 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
-    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b7, wrong_b8
+    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b7, wrong_b8
 
-    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b7.WRONG, **wrong_b8.WRONG}
+    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b4.WRONG, **wrong_b7.WRONG,
+             **wrong_b8.WRONG}
     load_all()
     os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
@@ -288,6 +309,8 @@ def main(argv: list[str]) -> int:
         result = function_attacks(Path(argv[1]))
     elif argv[0] == "alternatives":
         result = alternatives(Path(argv[1]))
+    elif argv[0] == "conformance":
+        result = conformance_tools(Path(argv[1]))
     elif argv[0] == "carry":
         result = carry(Path(argv[1]))
     elif argv[0] == "milestone":

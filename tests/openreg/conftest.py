@@ -12,14 +12,18 @@ import pytest
 import torch
 
 import npu_lab
+from npu_lab.device.bare import is_bare
 
 
 @pytest.fixture(autouse=True)
 def _openreg_environment():
+    bare = is_bare()  # a bare device (npu_lab.bringup.conformance.openreg_tests): your kernels, no fallback
     prev = npu_lab.cpu_fallback_enabled()
-    npu_lab.set_cpu_fallback(True)
+    if not bare:
+        npu_lab.set_cpu_fallback(True)
     yield
-    npu_lab.set_cpu_fallback(prev)
+    if not bare:
+        npu_lab.set_cpu_fallback(prev)
     for i in range(torch.npu.device_count()):
         torch.npu.set_stream(torch.npu.default_stream(i))
     torch.npu.set_device(0)
