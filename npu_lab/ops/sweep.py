@@ -173,7 +173,9 @@ def describe_sample(args: tuple, kwargs: dict) -> str:
     def one(x: Any) -> str:
         if isinstance(x, torch.Tensor):
             text = f"tensor{tuple(x.shape)} {str(x.dtype).removeprefix('torch.')}"
-            return text if x.is_contiguous() or x.layout != torch.strided else f"{text} strides {x.stride()}"
+            if x.layout != torch.strided:  # sparse layouts have no strides (and no is_contiguous)
+                return f"{text} {str(x.layout).removeprefix('torch.')}"
+            return text if x.is_contiguous() else f"{text} strides {x.stride()}"
         if isinstance(x, (list, tuple)):
             inner = ", ".join(one(v) for v in x)
             return f"[{inner}]" if isinstance(x, list) else f"({inner})"
