@@ -145,6 +145,14 @@ def after_import(module_name: str, callback: Any) -> None:
         sys.meta_path.insert(0, _AfterImport(module_name, callback))
 
 
+def dynamo_disabled(fn: Any) -> Any:
+    """``fn`` wrapped so that Dynamo never traces it (torch 2.13: ``torch._disable_dynamo``, which
+    ``torch.library.custom_op`` applies to the kernels it registers). A kernel registered with
+    ``Library.impl`` is not wrapped so: when a compiled function graph-breaks (``loss.backward()`` in the
+    step), Dynamo's frame hook meets the kernel's Python frame and tries to compile it with fake tensors."""
+    return torch._disable_dynamo(fn)
+
+
 def keep_dynamo_out_of_the_runtime() -> None:
     """Put the runtime packages on Dynamo's skip list, now or when Dynamo is first imported."""
     after_import("torch._dynamo.trace_rules", _skip_runtime_in_dynamo)

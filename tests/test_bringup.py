@@ -109,6 +109,21 @@ def test_a_later_milestone_loads_the_backend_cells_of_an_earlier_one():
     assert r["attempt"].startswith("NotImplementedError: Could not run 'aten::exp.out'") and r["falsy"]
 
 
+def test_the_npu_backend_on_a_bare_device_compiles_your_kernels_and_runs_your_passes():
+    r = _worker("compile", str(ROOT / "solutions"))
+    assert r["bare"] is True
+    assert r["loss"][0] == r["loss"][1] and r["grads"] < 1e-5  # the same kernels, in the same order
+    assert r["graphs"] == ["forward", "backward"]
+    # none of the lab's kernels: no generated fused kernel, no operator of the npu namespace
+    assert r["lab_kernels"] == 0 and r["npu_namespace"] == []
+    assert 0 < r["launches"][1] <= r["launches"][0]
+    assert "look" in r["passes"] and "pointwise_fusion" not in r["passes"]  # the learner's pass ran, the lab's not
+    # operators with a kernel of yours stay whole (gelu runs as your gelu.out), not decomposed into ones you lack
+    assert {"aten.gelu.default", "aten.native_layer_norm.default", "aten._safe_softmax.default"} <= set(r["seen"])
+    assert r["decomposed"] == []
+    assert "ValueError" in r["asked_for_lab_fusion"] and "your passes only" in r["asked_for_lab_fusion"]
+
+
 def test_readiness_on_a_bare_device_counts_only_your_measured_work():
     r = _worker("readiness", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"))
     before = {name: (status, detail) for name, status, detail in r["before"]}
@@ -118,12 +133,13 @@ def test_readiness_on_a_bare_device_counts_only_your_measured_work():
     after = {name: (status, detail) for name, status, detail in r["after"]}
     assert after["operators covered"][0] == "done" and "0 still need a kernel" in after["operators covered"][1]
     assert after["results match the CPU"][0] == "done"
-    # not measured on a bare device: never granted
     # measured on your kernels: PyTorch's first samples of each OpInfo that exercises one of them
     status, detail = after["native operators in the OpInfo conformance suite"]
     assert "OpInfos that exercise your operators pass their first 8 samples" in detail, detail
     assert (status == "done") == ("failing" not in detail), detail
-    assert after["fusion enabled in the compiled graph"][0] == "to do"  # not measured on a bare device
+    # measured: the npu backend compiles the step over your kernels, but no pass of yours fused anything yet
+    status, detail = after["fusion enabled in the compiled graph"]
+    assert status == "to do" and "no fused operator of yours" in detail and "eager -> " in detail, detail
     assert (after["eager step within 2x the CPU's time"][0] == "done") == (r["ratio"] <= 2.0)
 
 

@@ -6,18 +6,17 @@ headless Chromium (Debian's ``chromium`` package, driven by Playwright) and chec
 drawings present as SVG/images, and ipywidgets rendered and responding to one interaction. Screenshots and
 JupyterLab's log go to ``build/browser/``.
 
-Two kinds of visit, so that no notebook is executed twice in one ``./run test`` (nbval already runs every
-notebook and compares its outputs with the committed ones):
+Two kinds of visit. nbval already runs every notebook and compares its outputs with the committed ones, so the
+page runs as few as show something only a live kernel can:
 
-* **run**: notebooks with widgets (a widget needs a live kernel) and the solved milestone (its checks fork the
-  kernel's process, which must work in a kernel JupyterLab started). The served copy has its outputs cleared up
-  to the last cell that shows a widget (the whole solution), and the page runs those cells from the Run menu, as
-  a learner would, so every output checked there was produced in this run; the cells after it keep their
-  committed outputs and are checked as a rendered notebook's are. The numba kernels are compiled first
-  (``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so the time limits measure the notebooks, not a
-  cold compiler cache. A notebook fails when no cell finishes for
-  ``STALL_S`` seconds; the failure names the cell that was running, the kernel's state and the end of
-  JupyterLab's log.
+* **run**: the chapters of :data:`LIVE_CHAPTERS` (a widget needs a live kernel to respond) and the solved
+  milestone (its checks fork the kernel's process, which must work in a kernel JupyterLab started). The served
+  copy has its outputs cleared up to the last cell that shows a widget (the whole solution), and the page runs
+  those cells from the Run menu, as a learner would, so every output checked there was produced in this run; the
+  cells after it keep their committed outputs and are checked as a rendered notebook's are. The numba kernels are
+  compiled first (``python -m npu_lab warmup``, as Binder's ``postBuild`` does), so the time limits measure the
+  notebooks, not a cold compiler cache. A notebook fails when no cell finishes for ``STALL_S`` seconds; the
+  failure names the cell that was running, the kernel's state and the end of JupyterLab's log.
 * **render**: every other chapter opens with its committed outputs (the ones nbval reproduces in the same run),
   and the page must show them: no error output, every committed drawing drawn.
 
@@ -45,6 +44,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # Every chapter, and one solved bring-up milestone: its checks fork the kernel's process, which must work in a
 # kernel JupyterLab started as it does in nbval's (the later milestones fork the same way)
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + [ROOT / "solutions" / "B1_eager_mlp.ipynb"]
+#: The chapters the page runs up to their last widget, one of each kind of widget: ipywidgets' ``interact``
+#: (C7) and the lab's own explorer (C5, Dynamo's guards). Each run costs the chapter's cells a second time
+#: (nbval runs them too), so the other chapters with widgets (C1, C2, C4, C6, C8) are rendered from their
+#: committed outputs; their explorers' controls are tested in Python (tests/test_inspect_explorer.py).
+LIVE_CHAPTERS = {"C5_dynamo", "C7_dispatcher"}
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress
@@ -80,6 +84,8 @@ def _live(path: Path) -> int:
     cells = _code_cells(path)
     if path.parent.name == "solutions":
         return len(cells)
+    if path.stem not in LIVE_CHAPTERS:
+        return 0
     widgets = [i for i, c in enumerate(cells) if any(WIDGET in out.get("data", {}) for out in c.outputs)]
     return widgets[-1] + 1 if widgets else 0
 

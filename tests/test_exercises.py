@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import textwrap
 from pathlib import Path
 
@@ -35,6 +37,21 @@ def notebook(request) -> tuple[Path, dict, dict]:
     return sol, run_cells(sol, grade=False), run_cells(ROOT / "exercises" / sol.name)
 
 
+@contextlib.contextmanager
+def first_failure_only():
+    """Checks stop at their first failing case (``NPU_LAB_CHECK_FIRST_FAILURE``): a wrong answer must fail, with a
+    hint; the cases after its first failure would only cost time."""
+    before = os.environ.get("NPU_LAB_CHECK_FIRST_FAILURE")
+    os.environ["NPU_LAB_CHECK_FIRST_FAILURE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["NPU_LAB_CHECK_FIRST_FAILURE"]
+        else:
+            os.environ["NPU_LAB_CHECK_FIRST_FAILURE"] = before
+
+
 def _answers(ex, ns):
     return {n: ns.get(n) for n in ex.names}
 
@@ -54,7 +71,8 @@ def test_solution_passes_stub_is_not_started_wrong_answers_fail(notebook):
         for code in WRONG[eid]:
             ns = dict(solved)
             exec(textwrap.dedent(code), ns)  # noqa: S102
-            r = grade(ex, _answers(ex, ns))
+            with first_failure_only():  # a wrong answer's check stops at its first failing case
+                r = grade(ex, _answers(ex, ns))
             assert r.status == NOT_YET, f"{eid}: this wrong answer passed:\n{code}"
             assert any(c.hint or c.error for c in r.cases if not c.passed), f"{eid}: failure without a hint"
 

@@ -321,3 +321,38 @@ def test_dynamos_own_module_patch_is_not_blamed_on_the_learner():
     snap = isolation.snapshot()
     torch.nn.Module.__init__ = lambda self, *a, **k: init(self, *a, **k)  # anyone else's patch is undone
     assert "torch.nn.Module.__init__" in snap.restore() and torch.nn.Module.__init__ is init
+
+
+def test_first_failure_only_stops_a_check_at_its_first_failing_case(monkeypatch):
+    calls = []
+
+    def f(x):
+        calls.append(x.numel())
+        return x * 3
+
+    assert len(grade(_ex(_double_grader), {"f": f}).cases) == 2 and calls == [4, 3]
+    monkeypatch.setenv("NPU_LAB_CHECK_FIRST_FAILURE", "1")  # what the suite sets for its wrong answers
+    calls.clear()
+    r = grade(_ex(_double_grader), {"f": f})
+    assert r.status == NOT_YET and [c.passed for c in r.cases] == [False] and calls == [4]
+    assert "multiply by two" in str(r)
+    assert grade(_ex(_double_grader), {"f": lambda x: x * 2}).status == PASSED  # a right answer runs every case
+
+
+def test_a_stub_is_told_from_a_kernel_begun():
+    from npu_lab.bringup.library import is_stub
+
+    def stub(self, other, *, alpha=1, out):
+        """A docstring and comments do not count."""
+        # YOUR CODE HERE
+        raise NotImplementedError("YOUR CODE HERE")
+
+    def begun(self, other, *, alpha=1, out):
+        if alpha == 1:
+            out.copy_(self)
+        raise NotImplementedError("YOUR CODE HERE")
+
+    def other_message(self):
+        raise NotImplementedError("not for float16")
+
+    assert is_stub(stub) and not is_stub(begun) and not is_stub(other_message) and not is_stub(print)

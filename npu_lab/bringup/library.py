@@ -14,7 +14,9 @@ time the lab's shipped kernels on the same step, and to put them back exactly (:
 
 from __future__ import annotations
 
+import dis
 import functools
+import inspect
 import threading
 import warnings
 from collections.abc import Callable
@@ -39,12 +41,16 @@ DEVICE_QUEUE = threading.RLock()
 
 
 def _serialized(fn: Callable) -> Callable:
+    """``fn`` run under :data:`DEVICE_QUEUE`, and never traced by Dynamo (see
+    :func:`npu_lab._torch_private.dynamo_disabled`)."""
+    from .._torch_private import dynamo_disabled
+
     @functools.wraps(fn)
     def kernel(*args, **kwargs):
         with DEVICE_QUEUE:
             return fn(*args, **kwargs)
 
-    return kernel
+    return dynamo_disabled(kernel)
 
 
 class LearnerLibrary(torch.library.Library):
@@ -104,6 +110,33 @@ def library(name: str, ns: str = "aten", kind: str = "IMPL") -> LearnerLibrary:
         old._destroy()
     lib = LIBRARIES[name] = LearnerLibrary(name, ns, kind)
     return lib
+
+
+def _stub_template(*args, **kwargs):
+    raise NotImplementedError("YOUR CODE HERE")
+
+
+def _instructions(code) -> list[tuple[str, object]]:
+    return [(i.opname, i.argval) for i in dis.get_instructions(code) if i.opname not in ("RESUME", "CACHE", "NOP")]
+
+
+_STUB = _instructions(_stub_template.__code__)
+
+
+def is_stub(fn: Callable) -> bool:
+    """Whether ``fn`` is still an exercise notebook's stub: its whole body ``raise NotImplementedError("YOUR CODE
+    HERE")`` (a docstring and comments aside)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+    return code is not None and _instructions(code) == _STUB
+
+
+def untouched_stubs(ops: list[str]) -> bool:
+    """Whether the learner registered npu kernels for ``ops`` ("aten::neg.out", or a name without its overload
+    for every overload) and every one of them is still a stub (:func:`is_stub`): nothing of theirs to grade yet."""
+    kernels = [entry.fn for lib in LIBRARIES.values() if not lib.destroyed for entry in lib.impls
+               if entry.key == "PrivateUse1"
+               and any(_qualified(entry, lib.ns) == op or _qualified(entry, lib.ns).startswith(op + ".") for op in ops)]
+    return bool(kernels) and all(is_stub(fn) for fn in kernels)
 
 
 def forget(name: str) -> None:

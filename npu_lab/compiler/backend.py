@@ -36,9 +36,10 @@ import torch.fx
 from torch._dynamo.backends.common import aot_autograd
 from torch.utils._pytree import tree_flatten
 
+from ..device import bare
 from ..ops.registry import CLAIMED
 from . import autotune, custom_passes, launch_plan
-from .config import CompilerConfig, config
+from .config import CompilerConfig, config, for_bare_device
 from .passes import PIPELINE
 from .passes.foreach_expansion import expand_foreach
 from .passes.pattern_fusion import fuse_attention
@@ -49,14 +50,21 @@ stats = {"graphs_compiled": 0, "cache_hits": 0, "backend_calls": 0}
 
 
 def decompositions() -> dict:
-    """PyTorch's core ATen decompositions, minus every operator the NPU runs natively."""
+    """PyTorch's core ATen decompositions, minus every operator the NPU runs natively.
+
+    On a bare device, "natively" means with a kernel registered for ``npu`` now (yours or the runtime's) in any
+    overload of the operator: ``gelu`` stays ``gelu`` when you registered ``gelu.out`` (PyTorch runs the functional
+    form through the ``out=`` kernel), and an operator with no kernel of yours is decomposed into ones you may have.
+    """
+    if bare.BARE:
+        families = {name.split(".")[0] for name in bare.registered()}
     table = {}
     for op, fn in torch._decomp.core_aten_decompositions().items():
         if not isinstance(op, torch._ops.OpOverload):
             continue
         name = op._schema.name
         qualified = name if op._overloadname == "default" else f"{name}.{op._overloadname}"
-        if qualified not in CLAIMED:
+        if qualified not in CLAIMED if not bare.BARE else name not in families:
             table[op] = fn
     return table
 
@@ -165,6 +173,8 @@ def npu_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[object],
                 options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
     """The ``npu`` backend for ``torch.compile`` (see the module docstring)."""
     cfg = config.replace(options)
+    if bare.BARE:
+        cfg = for_bare_device(cfg, options)
     stats["backend_calls"] += 1
     record = CompileRecord(gm.code, _copy_graph(gm), dict(options or {}))
     history.append(record)

@@ -65,5 +65,22 @@ class CompilerConfig:
                 and getattr(self, f.name)]
 
 
+#: The passes that emit the lab's own kernels: generated numba code, the ``npu`` namespace's fused operators, the
+#: per-parameter calls only the lab's horizontal fusion needs, and the launch plan that calls the lab's kernels
+#: straight on device memory. On a bare device (the bring-up track) they are off: a compiled graph runs your
+#: kernels, rewritten by your passes (:func:`npu_lab.compiler.register_pass`).
+LAB_KERNEL_PASSES = ("pattern_fusion", "foreach_expansion", "layout", "pointwise_fusion", "horizontal_fusion",
+                     "launch_plan", "autotune")
+
+
+def for_bare_device(cfg: CompilerConfig, options: dict[str, Any] | None) -> CompilerConfig:
+    """``cfg`` with :data:`LAB_KERNEL_PASSES` off; asking for one of them in ``options`` raises ``ValueError``."""
+    asked = sorted(name for name in LAB_KERNEL_PASSES if (options or {}).get(name))
+    if asked:
+        raise ValueError(f"the npu backend on a bare device runs your kernels and your passes only: {asked} would "
+                         "emit the lab's kernels (register a pass of yours with npu_lab.compiler.register_pass)")
+    return dataclasses.replace(cfg, **{name: False for name in LAB_KERNEL_PASSES})
+
+
 #: The process-wide defaults.
 config = CompilerConfig()

@@ -85,7 +85,9 @@ def attention_cases() -> list[OpCase]:
         c("_safe_softmax of a row that is all -inf gives 0s", "_safe_softmax", _all_masked_row,
           lambda x: torch.ops.aten._safe_softmax(x, -1), grad=True, **TOL,
           hint="softmax of a row of -inf is 0/0 = NaN; attention's _safe_softmax returns 0 for such a row"),
-        c("tril of a matrix, diagonal -1", "tril", lambda: [randn(5, 4)], lambda x: torch.tril(x, -1), grad=True),
+        c("tril of a matrix, diagonal -1", "tril", lambda: [randn(5, 4)], lambda x: torch.tril(x, -1), grad=True,
+          hint="tril keeps element (i, j) where j - i <= diagonal and writes 0 elsewhere; diagonal -1 drops the "
+               "main diagonal too"),
         c("tril of a boolean matrix (attention's causal mask)", "tril",
           lambda: [torch.ones(4, 4, dtype=torch.bool)], torch.tril, hidden=True,
           hint="the mask is bool: your kernel must keep the dtype it was given"),

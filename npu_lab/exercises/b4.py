@@ -22,11 +22,11 @@ import math
 import torch
 
 from ..bringup import conformance
-from ..device import bare
 from ..grading import device
 from ..grading.device import OpCase, Property
 from ..grading.registry import chapter, exercise
 from ..grading.tester import STUB_MESSAGE, NotStarted, Tester
+from . import bringup_checks
 from .bringup_checks import TIMEOUT, randn
 
 chapter("b4", "Bring-up 4: conformance with PyTorch's own tests", [
@@ -48,10 +48,7 @@ HARNESS_OPS = ["aten::eq.Tensor_out", "aten::abs.out", "aten::sub.out", "aten::n
 
 
 def _started(ops: list[str]) -> None:
-    bare.require_bare("the bring-up checks")
-    if len(device.require_kernels(ops)) == len(ops):
-        raise NotStarted("no kernel of yours for " + ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
-                         + " is registered yet (bringup.yours() lists yours)")
+    bringup_checks.started(ops)
 
 
 def _graded(t: Tester, cases: list[OpCase | Property]) -> None:

@@ -67,7 +67,8 @@ def strides_cases() -> list[OpCase]:
     c = OpCase
     hint = "read the input through its strides: device_array(self) is a view with the tensor's own strides"
     return [
-        c("abs of a contiguous matrix", "abs", lambda: [randn(3, 4)], torch.abs),
+        c("abs of a contiguous matrix", "abs", lambda: [randn(3, 4)], torch.abs,
+          hint="out[i] = |self[i]| for every element, written into out's own memory (device_array(out))"),
         c("abs of a transposed matrix", "abs", lambda: [randn(4, 3, seed=1)], torch.abs, layout=lambda x: [x.t()],
           hint=hint),
         c("abs of a slice with a step", "abs", lambda: [randn(4, 10, seed=2)], torch.abs,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..bringup.library import untouched_stubs
 from ..device import bare
 from ..grading import device
 from ..grading.device import OpCase, Property
@@ -36,6 +37,9 @@ def started(ops: list[str]) -> None:
     if len(device.require_kernels(ops)) == len(ops):
         raise NotStarted("no kernel of yours for " + ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
                          + " is registered yet (bringup.yours() lists yours)")
+    if untouched_stubs(ops):
+        raise NotStarted("your kernels for " + ", ".join(ops[:4]) + (" ..." if len(ops) > 4 else "")
+                         + " are still the notebook's stubs (NotImplementedError(\"YOUR CODE HERE\"))")
 
 
 def grade_cases(t: Tester, cases: list[OpCase | Property], ops: list[str]) -> None:

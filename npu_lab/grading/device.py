@@ -30,7 +30,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..device import bare
 from . import forked, guard, values
-from .tester import STUB_MESSAGE, Tester
+from .tester import STUB_MESSAGE, Tester, first_failure_only
 
 
 @dataclass
@@ -321,9 +321,12 @@ def case_limit(default: float) -> float:
 
 
 def run_cases(cases: Sequence[OpCase | Property], timeout: float, memcheck_on: bool = True) -> list[CaseOutcome]:
-    """Run every case in a forked child; on a timeout, the cases before the one that hung, then that one."""
+    """Run every case in a forked child; on a timeout, the cases before the one that hung, then that one (with
+    ``NPU_LAB_CHECK_FIRST_FAILURE=1``, the cases up to the first that fails)."""
     progress = tempfile.NamedTemporaryFile(prefix="npu_lab_case_", delete=False)  # noqa: SIM115
     progress.close()
+
+    first_failure = first_failure_only()
 
     def child() -> list[tuple]:
         out = []
@@ -331,7 +334,10 @@ def run_cases(cases: Sequence[OpCase | Property], timeout: float, memcheck_on: b
             with open(progress.name, "w") as f:
                 f.write(str(i))
             run = _run_property if isinstance(case, Property) else _run_one
-            out.append(run(case, memcheck_on).as_tuple())
+            outcome = run(case, memcheck_on)
+            out.append(outcome.as_tuple())
+            if first_failure and not outcome.passed:
+                break
         return out
 
     try:

@@ -13,12 +13,16 @@ once).
 Once a call has run out of time or was interrupted, the check stops: the next
 :meth:`Tester.call` ends the grader (:class:`StopCheck`), and the result says
 which cases did not run.
+
+With ``NPU_LAB_CHECK_FIRST_FAILURE=1`` a check stops at its first failing case (the test suite sets it when
+it grades its collections of wrong answers: one failing case with its hint is all such a test asserts).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -217,6 +221,11 @@ def _truth(value: Any) -> bool:
     return False
 
 
+def first_failure_only() -> bool:
+    """``NPU_LAB_CHECK_FIRST_FAILURE=1``: checks stop at their first failing case (see the module's docstring)."""
+    return os.environ.get("NPU_LAB_CHECK_FIRST_FAILURE") == "1"
+
+
 class Tester:
     """Collects the cases of one check (see :mod:`npu_lab.grading.registry`).
 
@@ -239,6 +248,12 @@ class Tester:
         self.changed: list[str] = []  # global state the learner's code changed (and the check put back)
         self.libraries: list[Any] = []  # libraries the learner's code made and the check keeps until its end
         self._last_error = ""
+        self._first_failure = first_failure_only()
+
+    def _add(self, result: CaseResult) -> None:
+        self.cases.append(result)
+        if self._first_failure and not result.passed:
+            raise StopCheck()
 
     @property
     def stopped(self) -> bool:
@@ -296,12 +311,12 @@ class Tester:
         outcome = self.call(fn, *args, **kwargs)
         output = "" if hidden else outcome.output  # a hidden case shows nothing of its run
         if not outcome.ok:
-            self.cases.append(CaseResult(description, False, short(expected), "", hint, hidden, outcome.error,
+            self._add(CaseResult(description, False, short(expected), "", hint, hidden, outcome.error,
                                          output))
             return False
         ok, value, why_not = values.check_plain(outcome.value)
         if not ok:
-            self.cases.append(CaseResult(description, False, short(expected), f"{why_not} (not plain data)", hint,
+            self._add(CaseResult(description, False, short(expected), f"{why_not} (not plain data)", hint,
                                          hidden, output=output))
             return False
         try:
@@ -309,7 +324,7 @@ class Tester:
         except Exception as exc:  # noqa: BLE001 - a value the comparison cannot handle is a wrong value
             ok, why = False, f"cannot be compared ({guard.type_name(exc)})"
         got = short(value) + (f"  ({why})" if why else "")
-        self.cases.append(CaseResult(description, bool(ok), short(expected), got, hint, hidden,
+        self._add(CaseResult(description, bool(ok), short(expected), got, hint, hidden,
                                      output=output if not ok else ""))
         return bool(ok)
 
@@ -317,10 +332,10 @@ class Tester:
                hidden: bool = False) -> bool:
         """Record a structural fact about the answer (e.g. "no aten.relu node is left")."""
         ok = _truth(ok)
-        self.cases.append(CaseResult(description, ok, expected, got, hint, hidden))
+        self._add(CaseResult(description, ok, expected, got, hint, hidden))
         return ok
 
     def error(self, description: str, outcome: guard.Outcome, hint: str = "", hidden: bool = False) -> None:
         """Record that calling the learner's code failed, with its trimmed error."""
-        self.cases.append(CaseResult(description, False, "", "", hint, hidden, outcome.error,
+        self._add(CaseResult(description, False, "", "", hint, hidden, outcome.error,
                                      "" if hidden else outcome.output))

@@ -283,6 +283,7 @@ def milestone(path: Path) -> dict[str, Any]:
             scope = dict(ns)  # the solution's answers stay in ns for the grading after
             file = folder / f"wrong_{eid}_{len(results)}.py"  # a file, so inspect.getsource finds the answer's code
             file.write_text(textwrap.dedent(code))
+            start = time.perf_counter()
             exec(compile(file.read_text(), str(file), "exec"), scope)  # noqa: S102
             try:
                 r = grade(EXERCISES[eid], answers(eid, scope))
@@ -290,11 +291,73 @@ def milestone(path: Path) -> dict[str, Any]:
                 bringup.forget("wrong")
             failing = [c for c in r.cases if not c.passed]
             results.append({"status": r.status, "hinted": any(c.hint or c.error for c in failing),
-                            "text": str(r)[:3000], "code": code})
+                            "text": str(r)[:3000], "code": code, "seconds": time.perf_counter() - start})
         report["wrong"][eid] = results
     for eid in ids:  # the solution's kernels are back once the wrong ones are gone
         report["after"][eid] = grade(EXERCISES[eid], answers(eid)).status
     return report
+
+
+def compile_bare(folder: Path) -> dict[str, Any]:
+    """The npu backend on a bare device: the transformer block's training step compiled over the track's kernels."""
+    import torch
+
+    import npu_lab
+    from npu_lab import bringup, models
+    from npu_lab.compiler import backend, record, register_pass, unregister_pass
+    from npu_lab.profiler import profile
+
+    for name in ("B1_eager_mlp", "B2_cnn", "B3_transformer", "B4_conformance"):
+        bringup.load(name, folder)
+    torch.manual_seed(0)
+    block = models.TransformerBlock().to("npu")
+    x, y = models.example_batch(block, 2, "npu")
+
+    def step() -> torch.Tensor:
+        block.zero_grad(set_to_none=True)
+        loss = models.loss_fn(block, block(x), y)
+        loss.backward()
+        return loss
+
+    def measured(fn) -> tuple[float, list, int, float]:
+        fn()  # warm-up: numba compiles, Dynamo traces
+        with profile() as prof:
+            loss = fn()
+            torch.npu.synchronize()
+        return loss.item(), [p.grad.cpu() for p in block.parameters()], prof.launches, prof.sim_time_us
+
+    seen: list[str] = []
+
+    def look(gm: torch.fx.GraphModule) -> list[str]:
+        seen.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return []
+
+    out: dict[str, Any] = {}
+    eager = measured(step)
+    register_pass(look)
+    try:
+        compiled = measured(torch.compile(step, backend="npu"))
+    finally:
+        unregister_pass("look")
+    out["loss"] = [eager[0], compiled[0]]
+    out["grads"] = max((a - b).abs().max().item() for a, b in zip(eager[1], compiled[1]))
+    out["launches"] = [eager[2], compiled[2]]
+    graphs = record.last_compile().graphs
+    out["graphs"] = [g.kind for g in graphs]
+    out["lab_kernels"] = sum(len(g.kernels) for g in graphs)
+    out["npu_namespace"] = sorted({t for t in seen if t.startswith("npu.")})
+    out["seen"] = sorted(set(seen))
+    out["passes"] = sorted({s.name for g in graphs for s in g.snapshots})
+    torch._dynamo.reset()
+    try:
+        torch.compile(step, backend="npu", options={"pointwise_fusion": True})()
+        out["asked_for_lab_fusion"] = "no error"
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        out["asked_for_lab_fusion"] = f"{type(exc).__name__}: {exc}"
+    out["decomposed"] = sorted(str(op) for op in backend.decompositions()
+                               if str(op).split(".")[1] in ("gelu", "native_layer_norm", "_softmax", "addmm"))
+    out["bare"] = npu_lab.bringup.is_bare()
+    return out
 
 
 def main(argv: list[str]) -> int:
@@ -313,6 +376,8 @@ def main(argv: list[str]) -> int:
         result = conformance_tools(Path(argv[1]))
     elif argv[0] == "carry":
         result = carry(Path(argv[1]))
+    elif argv[0] == "compile":
+        result = compile_bare(Path(argv[1]))
     elif argv[0] == "milestone":
         result = milestone(Path(argv[1]))
     else:
