@@ -51,7 +51,8 @@ def conv_cases() -> list[OpCase]:
           lambda x, w: F.conv2d(x, w, groups=2), grad=True, hidden=True, **tol,
           hint="groups: output channel co reads only the input channels of its group, co // (C_out // groups)"),
         c("conv2d 1x1 without bias", "convolution", lambda: [randn(3, 4, 5, 5), randn(2, 4, 1, 1, seed=1)],
-          F.conv2d, grad=True, hidden=True, **tol),
+          F.conv2d, grad=True, hidden=True, **tol,
+          hint="bias is None here: add nothing (the backward's grad_bias is not asked for)"),
         c("conv2d of a non-contiguous input (a transposed image)", "convolution",
           lambda: [randn(2, 3, 7, 6), randn(4, 3, 3, 3, seed=1)], lambda x, w: F.conv2d(x, w, padding=1),
           layout=lambda x, w: [x.transpose(2, 3), w], grad=True, hidden=True, **tol,
@@ -64,7 +65,8 @@ def conv_cases() -> list[OpCase]:
           lambda: [randn(1, 3, 5, 5), randn(2, 4, 3, 3, seed=1)], F.conv2d,
           hint="PyTorch checks the shapes before your kernel runs; your kernel must not swallow the error"),
         c("a kernel larger than the padded input raises RuntimeError", "convolution",
-          lambda: [randn(1, 1, 2, 2), randn(1, 1, 3, 3, seed=1)], F.conv2d, hidden=True),
+          lambda: [randn(1, 1, 2, 2), randn(1, 1, 3, 3, seed=1)], F.conv2d, hidden=True,
+          hint="the output would have size 0 or less: raise RuntimeError, as the CPU does"),
     ]
 
 
@@ -135,9 +137,11 @@ def norm_pool_cases() -> list[OpCase]:
           lambda x: F.max_pool2d(x, 2, return_indices=True), hidden=True,
           hint="the CPU's max pooling picks a NaN over any number (and reports its index)"),
         c("max pool of a non-contiguous input", "max_pool2d_with_indices", lambda: [randn(2, 3, 6, 8)],
-          lambda x: F.max_pool2d(x, 2), layout=lambda x: [x.transpose(2, 3)], grad=True, hidden=True),
+          lambda x: F.max_pool2d(x, 2), layout=lambda x: [x.transpose(2, 3)], grad=True, hidden=True,
+          hint="the input is a transposed view: read it through its strides or make it contiguous first"),
         c("a pooling window larger than the padded input raises RuntimeError", "max_pool2d_with_indices",
-          lambda: [randn(1, 1, 2, 2)], lambda x: F.max_pool2d(x, 3), hidden=True),
+          lambda: [randn(1, 1, 2, 2)], lambda x: F.max_pool2d(x, 3), hidden=True,
+          hint="the output would have size 0 or less: raise RuntimeError, as the CPU does"),
     ]
 
 

@@ -80,8 +80,10 @@ def strides_cases() -> list[OpCase]:
         c("abs of a view that starts inside its storage", "abs", lambda: [randn(6, 5, seed=5)], torch.abs,
           layout=lambda x: [x[2:, 1:]], hidden=True,
           hint="a view's first element is at its storage offset, not at the start of the storage"),
-        c("abs of int64", "abs", lambda: [torch.arange(-6, 6).reshape(3, 4)], torch.abs, hidden=True),
-        c("abs of an empty tensor", "abs", lambda: [torch.empty(0, 3)], torch.abs, hidden=True),
+        c("abs of int64", "abs", lambda: [torch.arange(-6, 6).reshape(3, 4)], torch.abs, hidden=True,
+          hint="abs keeps the input's dtype: int64 in, int64 out"),
+        c("abs of an empty tensor", "abs", lambda: [torch.empty(0, 3)], torch.abs, hidden=True,
+          hint="an empty tensor has no elements: the kernel must write nothing and must not fail"),
     ]
 
 
@@ -106,8 +108,11 @@ def bounds_cases() -> list[OpCase]:
         c("exp of 1000 numbers", "exp", lambda: [randn(1000, seed=3)], torch.exp, hidden=True, hint=hint),
         c("exp of a (2, 3, 4) tensor", "exp", lambda: [randn(2, 3, 4, seed=4)], torch.exp, hidden=True, hint=hint),
         c("exp of -inf, 0 and 80", "exp", lambda: [torch.tensor([float("-inf"), 0.0, 80.0])], torch.exp,
-          hidden=True),
-        c("exp of an empty tensor", "exp", lambda: [torch.empty(0)], torch.exp, hidden=True),
+          hidden=True,
+          hint="exp(-inf) is 0 and exp(80) is about 5.5e34, still below float32's largest number: np.exp gives "
+               "both"),
+        c("exp of an empty tensor", "exp", lambda: [torch.empty(0)], torch.exp, hidden=True,
+          hint="an empty tensor has no elements: the kernel must write nothing and must not fail"),
     ]
 
 
@@ -216,9 +221,11 @@ def _no_copy_test(bias_shape: tuple[int, ...]) -> Callable[[], str]:
 def copies_cases() -> list[OpCase | Property]:
     c = OpCase
     return [
-        c("addmm(bias, a, b)", "addmm", lambda: [randn(4), randn(6, 5, seed=1), randn(5, 4, seed=2)], torch.addmm),
+        c("addmm(bias, a, b)", "addmm", lambda: [randn(4), randn(6, 5, seed=1), randn(5, 4, seed=2)], torch.addmm,
+          hint="out = beta * self + alpha * (mat1 @ mat2), written straight into out's memory"),
         c("addmm with beta=0.5, alpha=2", "addmm", lambda: [randn(6, 4), randn(6, 5, seed=1), randn(5, 4, seed=2)],
-          lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0)),
+          lambda b, x, y: torch.addmm(b, x, y, beta=0.5, alpha=2.0),
+          hint="out = beta * self + alpha * (mat1 @ mat2): both numbers scale their terms"),
         c("addmm with beta=0 ignores the bias (even NaN)", "addmm",
           lambda: [torch.full((4,), float("nan")), randn(6, 5, seed=1), randn(5, 4, seed=2)],
           lambda b, x, y: torch.addmm(b, x, y, beta=0), hidden=True, hint="beta=0: the bias is not read at all"),

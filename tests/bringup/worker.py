@@ -249,10 +249,10 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
-    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b7, wrong_b8
+    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b5, wrong_b7, wrong_b8
 
-    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b4.WRONG, **wrong_b7.WRONG,
-             **wrong_b8.WRONG}
+    wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b4.WRONG, **wrong_b5.WRONG,
+             **wrong_b7.WRONG, **wrong_b8.WRONG}
     load_all()
     os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
@@ -285,9 +285,11 @@ def milestone(path: Path) -> dict[str, Any]:
             file.write_text(textwrap.dedent(code))
             start = time.perf_counter()
             exec(compile(file.read_text(), str(file), "exec"), scope)  # noqa: S102
+            os.environ["NPU_LAB_CHECK_FIRST_FAILURE"] = "1"  # one failing case with its hint is what the test asserts
             try:
                 r = grade(EXERCISES[eid], answers(eid, scope))
             finally:
+                del os.environ["NPU_LAB_CHECK_FIRST_FAILURE"]
                 bringup.forget("wrong")
             failing = [c for c in r.cases if not c.passed]
             results.append({"status": r.status, "hinted": any(c.hint or c.error for c in failing),
