@@ -52,6 +52,7 @@ LIVE_CHAPTERS = {"C5_dynamo", "C7_dispatcher"}
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress
+RENDER_S = 120     # a rendered notebook's committed outputs, all shown
 # Chromium's own background traffic only meets refused connections on a closed network; containers
 # often give /dev/shm 64 MB, too little for a long notebook page (the tab crashes), hence /tmp.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
@@ -265,16 +266,26 @@ def _render_and_check(page, path: Path, rel: str, url: str, token: str) -> None:
     nb = nbformat.read(path, as_version=4)
     page.goto(f"{url}/lab/tree/{rel}?token={token}&reset")
     page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=60_000)
-    page.wait_for_timeout(1000)
     committed = sum(bool(c.outputs) for c in nb.cells if c.cell_type == "code")
-    shown = page.locator(".jp-Notebook .jp-CodeCell .jp-OutputArea:has(.jp-OutputArea-output)").count()
-    assert shown == committed, f"{rel}: {committed} code cells have committed outputs, the page shows {shown}"
+    # A long notebook's outputs render a while after its first cell shows, longer on a busy machine: wait until
+    # they have all rendered (or RENDER_S seconds have passed), not a fixed moment.
+    outputs = page.locator(".jp-Notebook .jp-CodeCell .jp-OutputArea:has(.jp-OutputArea-output)")
+    waited = time.time()
+    while outputs.count() < committed and time.time() - waited < RENDER_S:
+        page.wait_for_timeout(500)
+    page.wait_for_timeout(1000)
+    shown = outputs.count()
     shot = ARTIFACTS / f"{path.parent.name}_{path.stem}.png"
-    page.screenshot(path=str(shot), full_page=False)
+    page.screenshot(path=str(shot), full_page=False)  # before the assertions: a failure leaves its picture
+    assert shown == committed, f"{rel}: {committed} code cells have committed outputs, the page shows {shown}"
     errors = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in errors.all_inner_texts() if "Traceback" in t or "Error" in t.split("\n")[0]]
     assert not tracebacks, f"{rel}: error output in the page:\n{tracebacks[0][:2000]}"
-    drawn = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img").count()
+    drawings = page.locator(".jp-OutputArea-output svg, .jp-OutputArea-output img")
+    waited = time.time()
+    while drawings.count() < _drawings(nb) and time.time() - waited < RENDER_S:
+        page.wait_for_timeout(500)
+    drawn = drawings.count()
     assert drawn >= _drawings(nb), f"{rel}: {_drawings(nb)} committed drawings, {drawn} drawn on the page"
 
 
