@@ -64,7 +64,8 @@ def decompositions() -> dict:
             continue
         name = op._schema.name
         qualified = name if op._overloadname == "default" else f"{name}.{op._overloadname}"
-        if qualified not in CLAIMED if not bare.BARE else name not in families:
+        native = name in families if bare.BARE else qualified in CLAIMED
+        if not native:
             table[op] = fn
     return table
 
