@@ -47,15 +47,15 @@ def test_the_bare_device_has_its_runtime_and_no_compute_kernel():
 def test_milestone_solution_passes_and_wrong_answers_fail(path):
     r = _worker("milestone", str(path))
     assert r["ids"], f"{path.name} checks nothing"
-    for eid, s in r["solution"].items():
-        assert s["status"] == "passed", f"{eid}: the solution does not pass:\n{s['text']}"
     for eid in r["ids"]:
         wrong = r["wrong"][eid]
         assert len(wrong) >= 4, f"{eid}: hold at least 4 wrong answers"
         for w in wrong:
             assert w["status"] == "not yet", f"{eid}: this wrong answer passed:\n{w['code']}\n{w['text']}"
             assert w["hinted"], f"{eid}: a failure without a hint:\n{w['text']}"
-    assert r["after"] == {eid: "passed" for eid in r["ids"]}
+    assert set(r["after"]) == set(r["ids"])
+    for eid, s in r["after"].items():  # graded after its wrong answers, so none of theirs is left behind
+        assert s["status"] == "passed", f"{eid}: the solution does not pass:\n{s['text']}"
 
 
 def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_attacks():
@@ -146,11 +146,12 @@ def test_readiness_on_a_bare_device_counts_only_your_measured_work():
 def test_a_check_survives_kernels_that_attack_it():
     """A kernel that hangs, ends the process, raises what is not an Exception or changes global state: the
     check still returns a verdict that says what happened, and the notebook's process is untouched."""
-    r = _worker("attacks", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"), NPU_LAB_CHECK_TIMEOUT="40")
+    r = _worker("attacks", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"), NPU_LAB_CHECK_TIMEOUT="40",
+                NPU_LAB_HANG_TIMEOUT="12")
     for name in ("never returns", "os._exit", "SystemExit", "KeyboardInterrupt"):
         assert r[name]["status"] == "not yet", (name, r[name]["text"])
         assert r[name]["seconds"] < 120, (name, r[name]["seconds"])
-    assert "did not finish within 40 s" in r["never returns"]["text"]
+    assert "did not finish within 12 s" in r["never returns"]["text"]
     assert "died" in r["os._exit"]["text"] or "exit" in r["os._exit"]["text"], r["os._exit"]["text"]
     # the change happened in the forked copy that ran the cases, not in the notebook's process
     assert r["changes the default dtype"]["dtype"] == "torch.float32"
