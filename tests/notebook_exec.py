@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -11,14 +12,37 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_cells(path: Path, *, grade: bool = True) -> dict[str, Any]:
+def needed_cells(cells: list[str]) -> list[bool]:
+    """Which of a notebook's code cells its answers may need.
+
+    A ``# my_npu`` cell, one that imports, defines a function or class or loads a milestone
+    (``bringup.load``), and one that assigns a name a needed cell after it reads. The others only show
+    something (a sweep, a training run, a table): nbval runs those, in the notebook.
+    """
+    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    trees = [ast.parse(src) for src in cells]
+    needed = [False] * len(cells)
+    later: set[str] = set()  # the names the needed cells after this one read
+    for i in reversed(range(len(cells))):
+        tree = trees[i]
+        assigned = {n.id for node in tree.body for n in ast.walk(node)
+                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        needed[i] = (cells[i].lstrip().startswith("# my_npu") or bool(assigned & later)
+                     or any(isinstance(node, kinds) or "bringup.load" in ast.unparse(node) for node in tree.body))
+        if needed[i]:
+            later |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return needed
+
+
+def run_cells(path: Path, *, grade: bool = True, needed_only: bool = False) -> dict[str, Any]:
     """Execute every code cell of ``path`` in one fresh namespace and return it.
 
     Each cell is written to a file first (as Jupyter does), so tracebacks show
     its lines and numba's ``cache=True`` finds a source file. With ``grade=False``
     the notebook's ``npu_lab.check(...)`` and ``npu_lab.progress(...)`` calls do
     nothing: for a caller that grades the answers itself (a solution's checks are
-    the slow part of running it, and nbval runs them in the notebook already).
+    the slow part of running it, and nbval runs them in the notebook already). With
+    ``needed_only``, only the cells :func:`needed_cells` keeps run.
     """
     if not grade:
         import npu_lab
@@ -26,14 +50,16 @@ def run_cells(path: Path, *, grade: bool = True) -> dict[str, Any]:
         saved = npu_lab.check, npu_lab.progress
         npu_lab.check = npu_lab.progress = lambda *args, **kwargs: None
         try:
-            return run_cells(path)
+            return run_cells(path, needed_only=needed_only)
         finally:
             npu_lab.check, npu_lab.progress = saved
     nb = nbformat.read(path, as_version=4)
     ns: dict[str, Any] = {"__name__": "__main__", "display": lambda *a, **k: None}
     cells_dir = Path(tempfile.mkdtemp(prefix=f"cells_{path.stem}_"))
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    keep = needed_cells([cell.source for cell in code]) if needed_only else [True] * len(code)
+    for i, (cell, kept) in enumerate(zip(code, keep)):
+        if not kept:
             continue
         cell_file = cells_dir / f"cell_{i}.py"
         cell_file.write_text(cell.source)

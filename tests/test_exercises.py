@@ -56,14 +56,14 @@ def _answers(ex, ns):
     return {n: ns.get(n) for n in ex.names}
 
 
-def test_solution_passes_stub_is_not_started_wrong_answers_fail(notebook):
+def test_stub_is_not_started_wrong_answers_fail(notebook):
+    """(That the solution passes, nbval shows: it runs the solution's check cells and compares their committed
+    "[passed]" with what they print now; test_every_solution_check_is_committed_passed sees they say so.)"""
     path, solved, blank = notebook
     ids = exercise_ids(path)
     assert ids, f"{path.name} checks no exercise"
     for eid in ids:
         ex = EXERCISES[eid]
-        r = grade(ex, _answers(ex, solved))
-        assert r.passed, f"{eid}: the solution does not pass:\n{r}"
         r = grade(ex, _answers(ex, blank))
         assert r.status == NOT_STARTED, f"{eid}: the stub should be 'not started':\n{r}"
         assert "YOUR CODE HERE" in r.message or "define" in r.message
@@ -86,3 +86,16 @@ def test_every_exercise_is_in_exactly_one_solution_notebook():
             seen[eid] = path.name
     registered = {e for e in EXERCISES if not e.startswith("test")}
     assert registered <= set(seen), f"exercises without a notebook: {sorted(registered - set(seen))}"
+
+
+@pytest.mark.parametrize("path", ALL_SOLUTIONS, ids=[p.stem for p in ALL_SOLUTIONS])
+def test_every_solution_check_is_committed_passed(path):
+    """Each exercise a solution notebook checks shows "[passed] <id>" in the committed output of its check cell, so
+    nbval, which runs the cell again and compares, fails the day the solution stops passing."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    shown = "\n".join(str(out.get("text", "")) + str(out.get("data", {}).get("text/plain", ""))
+                      for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", []))
+    for eid in exercise_ids(path):
+        assert f"[passed] {eid}" in shown, f"{path.name}: the committed output does not show '[passed] {eid}'"

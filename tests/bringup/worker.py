@@ -8,7 +8,6 @@ Prints one JSON object on its last line of output.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -257,33 +256,13 @@ def _cells(path: Path) -> list[str]:
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
-def _needed_cells(cells: list[str]) -> list[bool]:
-    """Which cells the answers may need: a `# my_npu` cell, one that imports, defines a function or class or loads a
-    milestone, and one that assigns a name a later cell reads. The others only show something (a sweep, a training
-    run, a table); nbval runs them in solutions/."""
-    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-    trees = [ast.parse(src) for src in cells]
-    reads = [{n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-             for tree in trees]
-    needed = [False] * len(cells)
-    later: set[str] = set()  # what the needed cells after this one read
-    for i in reversed(range(len(cells))):
-        tree = trees[i]
-        assigned = {n.id for node in tree.body for n in ast.walk(node)
-                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        needed[i] = (cells[i].lstrip().startswith("# my_npu") or bool(assigned & later)
-                     or any(isinstance(node, kinds) or "bringup.load" in ast.unparse(node) for node in tree.body))
-        if needed[i]:
-            later |= reads[i]
-    return needed
-
-
 def milestone(path: Path) -> dict[str, Any]:
     """Run the solved notebook's cells that define something (not its check cells), grade its exercises, then each
     wrong answer."""
     from npu_lab import bringup
     from npu_lab.grading import EXERCISES, grade, load_all
 
+    from ..notebook_exec import needed_cells
     from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b5, wrong_b7, wrong_b8
 
     wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b4.WRONG, **wrong_b5.WRONG,
@@ -295,7 +274,7 @@ def milestone(path: Path) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bringup_cells_"))
     ids: list[str] = []
     cells = _cells(path)
-    for i, (src, needed) in enumerate(zip(cells, _needed_cells(cells))):
+    for i, (src, needed) in enumerate(zip(cells, needed_cells(cells))):
         found = re.findall(r"""check\(\s*["']([\w.]+)["']""", src)
         if found:
             ids += found
