@@ -9,7 +9,9 @@
   nbval starts for chapters/ and solutions/ run other CPU code paths than the machine's own
   (:data:`VARIED_CPU`): the committed outputs were made with the machine's own, so a compared
   output that depends on the CPU (rounding noise, a thread count) fails here, not on a learner's
-  machine.
+  machine. (``./run test`` has numba compile for the generic CPU in the whole run, so the tests and
+  the notebooks share compiled kernels; the committed outputs are made with the machine's own,
+  by ``tools/execute_notebooks.py``.)
 """
 
 from __future__ import annotations
