@@ -373,6 +373,24 @@ def test_linspace_logspace_match_cpu():
     close(out, torch.logspace(0, 2, 7, dtype=torch.float64))
 
 
+def test_tril_and_triu_indices_match_cpu():
+    """Every (row, col, offset), empty triangles and offsets past either edge included; the CPU's errors."""
+    for fn in (torch.tril_indices, torch.triu_indices):
+        for row, col in ((0, 0), (0, 3), (3, 0), (1, 1), (3, 3), (4, 7), (7, 4), (33, 5)):
+            for offset in (-40, -8, -3, -1, 0, 1, 2, 5, 40):
+                got = fn(row, col, offset, device=NPU)
+                assert got.device.type == NPU and got.dtype == torch.int64
+                assert torch.equal(got.cpu(), fn(row, col, offset)), (fn.__name__, row, col, offset)
+        got = fn(5, 6, 1, dtype=torch.int32, device="npu:1")
+        assert got.device == torch.device("npu:1") and torch.equal(got.cpu(), fn(5, 6, 1, dtype=torch.int32))
+        for args, kwargs in (((-1, 3), {}), ((3, -2), {}), ((3, 3), {"dtype": torch.float32})):
+            with pytest.raises(RuntimeError) as cpu:
+                fn(*args, **kwargs)
+            with pytest.raises(RuntimeError) as npu:
+                fn(*args, device=NPU, **kwargs)
+            assert str(npu.value) == str(cpu.value)
+
+
 # --- random distributions -------------------------------------------------------------------------------------
 
 def _ks(sample: torch.Tensor, cdf) -> float:

@@ -40,3 +40,34 @@ def eye(out, one):
     for r in prange(out.shape[0]):
         for c in range(out.shape[1]):
             out[r, c] = one if r == c else 0
+
+
+@numba.njit(cache=True, nogil=True)
+def tril_count(row, col, offset):
+    """How many (i, j) with 0 <= i < row, 0 <= j < col and j <= i + offset."""
+    n = 0
+    for i in range(row):
+        n += max(0, min(col, i + offset + 1))
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def tril_indices(out, row, col, offset):
+    """out[:, k] = the k-th (i, j) of the lower triangle (j <= i + offset), row by row."""
+    k = 0
+    for i in range(row):
+        for j in range(max(0, min(col, i + offset + 1))):
+            out[0, k] = i
+            out[1, k] = j
+            k += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def triu_indices(out, row, col, offset):
+    """out[:, k] = the k-th (i, j) of the upper triangle (j >= i + offset), row by row."""
+    k = 0
+    for i in range(row):
+        for j in range(max(0, i + offset), col):
+            out[0, k] = i
+            out[1, k] = j
+            k += 1

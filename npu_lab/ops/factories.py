@@ -240,3 +240,39 @@ def logspace_out(start, end, steps, base=10.0, *, out):
         _write_1d(out, logspace_kernel, s, e, step, b)
     launch("logspace", 3 * steps, 0, nbytes(out))
     return out
+
+
+# --- tril_indices, triu_indices ----------------------------------------------------------------
+
+def _triangle_indices(name: str, row: int, col: int, offset: int, dtype, layout, device) -> torch.Tensor:
+    """The (2, N) index tensor of a triangle, as ATen's ``tril_indices_cpu`` and ``triu_indices_cpu`` make it."""
+    from ..kernels import fill
+    from .reductions import dtype_name
+
+    if row < 0:
+        raise RuntimeError(f"row must be non-negative, got{row}")
+    if col < 0:
+        raise RuntimeError(f"col must be non-negative, got{col}")
+    dtype = torch.int64 if dtype is None else dtype
+    if dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f'"{name}_indices" not implemented for \'{dtype_name(dtype)}\'')
+    index = -1 if device is None or torch.device(device).index is None else torch.device(device).index
+    if name == "tril":
+        n = fill.tril_count(row, col, offset)
+    else:
+        n = row * col - fill.tril_count(row, col, offset - 1)
+    out = empty((2, n), dtype, index)
+    if n:
+        (fill.tril_indices if name == "tril" else fill.triu_indices)(as_array(out), row, col, offset)
+    launch(f"{name}_indices", 0, 0, nbytes(out))
+    return out
+
+
+@register("tril_indices")
+def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle_indices("tril", row, col, offset, dtype, layout, device)
+
+
+@register("triu_indices")
+def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+    return _triangle_indices("triu", row, col, offset, dtype, layout, device)

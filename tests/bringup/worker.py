@@ -203,8 +203,9 @@ FUNCTION_ATTACKS = {
     "KeyboardInterrupt": "def answer(*args, **kwargs):\n    raise KeyboardInterrupt\n",
     "returns nonsense": "def answer(*args, **kwargs):\n    return object()\n",
 }
-#: The checks of that kind: each runs every attack as its answer.
-PROCESS_CHECKS = ("b7.ddp", "b8.desync", "b8.module")
+#: The checks of that kind (b5's run your passes in a forked child): each runs every attack as its answer, as every
+#: name the check grades.
+PROCESS_CHECKS = ("b5.passes", "b5.step", "b7.ddp", "b8.desync", "b8.module")
 
 
 def function_attacks(folder: Path) -> dict[str, Any]:
@@ -213,19 +214,20 @@ def function_attacks(folder: Path) -> dict[str, Any]:
     from npu_lab.grading import EXERCISES, grade, load_all
 
     load_all()
-    bringup.load("B1_eager_mlp", folder=folder)
-    bringup.load("B3_transformer", folder=folder)  # DDP's cat
+    # DDP's cat is milestone 3's; b5's checks need the fused operators of milestone 5 and what its step runs on
+    for milestone in ("B1_eager_mlp", "B2_cnn", "B3_transformer", "B4_conformance", "B5_compile"):
+        bringup.load(milestone, folder=folder)
     files = Path(tempfile.mkdtemp(prefix="npu_lab_attacks_"))
     out: dict[str, Any] = {}
     for eid in PROCESS_CHECKS:
-        name = EXERCISES[eid].names[0]
+        names = EXERCISES[eid].names
         for attack, code in FUNCTION_ATTACKS.items():
             file = files / f"{eid}_{len(out)}.py"
-            file.write_text(code.replace("def answer", f"def {name}"))
+            file.write_text("\n".join(code.replace("def answer", f"def {name}") for name in names))
             scope: dict[str, Any] = {}
             exec(compile(file.read_text(), str(file), "exec"), scope)  # noqa: S102
             start = time.perf_counter()
-            r = grade(EXERCISES[eid], {name: scope[name]})
+            r = grade(EXERCISES[eid], {name: scope[name] for name in names})
             out[f"{eid} {attack}"] = {"status": r.status, "text": str(r)[:1500],
                                       "seconds": time.perf_counter() - start}
     return out
