@@ -71,6 +71,13 @@ def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_at
     assert "within 8 s" in r["b8.desync never returns"]["text"]
     assert "within 8 s" in r["b8.module never returns"]["text"]
     assert "returns the trained model" in r["b7.ddp returns nonsense"]["text"]
+    # your passes run first in b5.step's child, so what they do shows before the time limit
+    assert "within 8 s" in r["b5.passes never returns"]["text"] and "within 8 s" in r["b5.step never returns"]["text"]
+    for eid in ("b5.passes", "b5.step", "b7.ddp"):
+        assert "sys.exit()" in r[f"{eid} SystemExit"]["text"], r[f"{eid} SystemExit"]["text"]
+    assert "died (exit status 3)" in r["b5.step os._exit"]["text"], r["b5.step os._exit"]["text"]
+    assert "must return a list of changes" in r["b5.step returns nonsense"]["text"]
+    assert "fuse_addmm_gelu returned object" in r["b5.passes returns nonsense"]["text"]
 
 
 def test_correct_alternatives_in_cpp_and_as_a_tile_kernel_pass():

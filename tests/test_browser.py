@@ -269,7 +269,9 @@ def _render_and_check(page, path: Path, rel: str, url: str, token: str) -> None:
     committed = sum(bool(c.outputs) for c in nb.cells if c.cell_type == "code")
     # A long notebook's outputs render a while after its first cell shows, longer on a busy machine: wait until
     # they have all rendered (or RENDER_S seconds have passed), not a fixed moment.
-    outputs = page.locator(".jp-Notebook .jp-CodeCell .jp-OutputArea:has(.jp-OutputArea-output)")
+    # Cells, not output areas: a widget's own Output widget is an output area inside the cell's (C1's interact, once
+    # the widget manager has drawn it), which made the count 29 for 28 cells in a run.
+    outputs = page.locator(".jp-Notebook .jp-CodeCell:has(.jp-OutputArea-output)")
     waited = time.time()
     while outputs.count() < committed and time.time() - waited < RENDER_S:
         page.wait_for_timeout(500)

@@ -348,13 +348,21 @@ def _passes_registered(passes: list[Callable]) -> Iterator[None]:
 
     saved = dict(custom_passes.REGISTERED)
     custom_passes.REGISTERED.clear()
-    for i, fn in enumerate(passes):
-        custom_passes.REGISTERED[f"b5-check-{i}"] = fn
+    for i, fn in enumerate(passes):  # under your functions' names, which the backend's messages quote
+        name = getattr(fn, "__name__", "")
+        custom_passes.REGISTERED[name if name and name not in custom_passes.REGISTERED else f"pass {i}"] = fn
     try:
         yield
     finally:
         custom_passes.REGISTERED.clear()
         custom_passes.REGISTERED.update(saved)
+
+
+def _cause(text: str) -> str:
+    """The line of an error that says what went wrong: the last one, Dynamo's advice on logging aside."""
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and not line.startswith(("Set TORCHDYNAMO_VERBOSE", "For even more developer context"))]
+    return lines[-1] if lines else text
 
 
 def compiled_step(passes: list[Callable]) -> dict:
@@ -380,7 +388,7 @@ def compiled_step(passes: list[Callable]) -> dict:
     want = step(cpu, x, y).item(), {k: p.grad.clone() for k, p in cpu.named_parameters()}
     xn, yn = x.to("npu"), y.to("npu")
     out: dict = {}
-    for label, chosen in (("without", []), ("with", passes)):
+    for label, chosen in (("with", passes), ("without", [])):  # yours first: what your pass does shows at once
         _dynamo.reset()
         with _passes_registered(chosen):
             fn = torch.compile(step, backend="npu")
@@ -417,7 +425,7 @@ def _step(t: Tester, fuse_addmm_gelu, fuse_add_layer_norm) -> None:
         text = forked.trimmed(exc) or str(exc)
         if STUB_MESSAGE in text:
             raise NotStarted("your passes or kernels still raise NotImplementedError") from None
-        t.expect(title, False, expected="no error", got=f"{type(exc).__name__}: {text.splitlines()[-1][:300]}",
+        t.expect(title, False, expected="no error", got=f"{type(exc).__name__}: {_cause(text)[:300]}",
                  hint="b5.passes runs each pass on small graphs first: pass it before this check")
         return
     before, after = got["without"], got["with"]

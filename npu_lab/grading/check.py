@@ -145,6 +145,10 @@ def _grade(ex: Exercise, answers: dict[str, Any], result: CheckResult, timeout: 
                               "returned; the cases after that were not run")
         elif isinstance(exc, KeyboardInterrupt):
             result.message = "the check was interrupted; the cases after that were not run"
+        elif isinstance(exc, SystemExit):
+            result.message = (f"your code called exit() or sys.exit() ({guard.trim(exc).splitlines()[-1]}): a check "
+                              "runs your code and looks at what it returns, so return instead; the cases after that "
+                              "were not run")
         else:
             result.message = ("the check stopped while it looked at what your code returned: "
                               f"{guard.trim(exc).splitlines()[-1]} (the cases after that were not run; if your "
