@@ -45,8 +45,7 @@ echo "fresh-machine check: ./run lab served JupyterLab after $((SECONDS - start)
 kill "$lab_pid"; wait "$lab_pid" 2>/dev/null || true
 
 start=$SECONDS
-# The inner run's notebooks run on this machine's own ATen kernels and thread counts (the outer run varies them);
-# numba compiles for its generic CPU in both runs (./run test), so the inner run reuses the outer run's kernels.
+# The inner run's notebooks run on this machine's own CPU code paths (the outer run varies them).
 NPU_LAB_FRESH_CHECK=1 NPU_LAB_TEST_WORKERS=0 NPU_LAB_NOTEBOOK_CPU=plain ./run test "$@"
 echo "fresh-machine check: ./run test${*:+ $*} passed in $((SECONDS - start)) s"
 echo "fresh-machine check: OK"
