@@ -27,6 +27,8 @@ def test_exercise_notebook_runs_and_reports_not_started(path):
     joined = "\n".join(texts)
     for eid in exercise_ids(path):
         assert f"[not started] {eid}" in joined, f"{path.name}: {eid} should report 'not started'"
+        said = joined.split(f"[not started] {eid}", 1)[1].split("\n[", 1)[0]
+        assert "YOUR CODE HERE" in said or "define" in said, f"{path.name}: {eid} should say what to write:\n{said}"
     assert "[passed]" not in joined
 
 
