@@ -244,7 +244,7 @@ def logspace_out(start, end, steps, base=10.0, *, out):
 
 # --- tril_indices, triu_indices ----------------------------------------------------------------
 
-def _triangle_indices(name: str, row: int, col: int, offset: int, dtype, layout, device) -> torch.Tensor:
+def _triangle_indices(name: str, row: int, col: int, offset: int, dtype, device) -> torch.Tensor:
     """The (2, N) index tensor of a triangle, as ATen's ``tril_indices_cpu`` and ``triu_indices_cpu`` make it."""
     from ..kernels import fill
     from .reductions import dtype_name
@@ -270,9 +270,9 @@ def _triangle_indices(name: str, row: int, col: int, offset: int, dtype, layout,
 
 @register("tril_indices")
 def tril_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _triangle_indices("tril", row, col, offset, dtype, layout, device)
+    return _triangle_indices("tril", row, col, offset, dtype, device)  # a layout other than strided never gets here
 
 
 @register("triu_indices")
 def triu_indices(row, col, offset=0, *, dtype=None, layout=None, device=None, pin_memory=None):
-    return _triangle_indices("triu", row, col, offset, dtype, layout, device)
+    return _triangle_indices("triu", row, col, offset, dtype, device)
