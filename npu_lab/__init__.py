@@ -34,6 +34,8 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     _torch_private.keep_dynamo_out_of_the_runtime()
     _torch_private.key_inductor_cache_by_cpu()
 
+    from .device.chips import Chip, chips, current_chip, use_chip
+    from .device.chips import apply_environment as _apply_chip_environment
     from .device.clock import CostModel, cost_model
     from .device.fallback import cpu_fallback_enabled, set_cpu_fallback
     from .device.fallback import report as fallback_report
@@ -45,16 +47,20 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .ops.registry import claimed_ops, without_kernels
     from .profiler import coverage, profile
 
+    _apply_chip_environment()  # NPU_LAB_CHIP=<name> picks a preset chip
     _register_npuccl()  # the npuccl collective backend for torch.distributed
     _install_data_parallel()  # the copies torch.nn.DataParallel makes between npu devices
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Chip",
     "CostModel",
     "MemcheckError",
     "check",
     "checklist",
+    "chips",
+    "current_chip",
     "compiler",
     "claimed_ops",
     "coverage",
@@ -66,10 +72,12 @@ __all__ = [
     "device_array",
     "doctor",
     "fallback_report",
+    "host_time",
     "memcheck",
     "set_cpu_fallback",
     "set_memory_capacity",
     "transfer_stats",
+    "use_chip",
     "verify",
     "without_kernels",
 ]
@@ -121,6 +129,15 @@ def set_memory_capacity(nbytes: int, device: int = 0) -> None:
     The environment variable ``NPU_LAB_MEMORY_GB`` sets it at start-up.
     """
     _set_capacity(nbytes, device)
+
+
+def host_time() -> float:
+    """Where the simulated host's time line stands, in microseconds: ``time.perf_counter()`` for the
+    simulated machine. The host spends the chip's ``host_launch_us`` issuing each kernel or copy, and
+    moves on to the device's time only when it waits for it (``torch.npu.synchronize()``, ``.item()``...)."""
+    from .device import clock
+
+    return clock.host_time()
 
 
 def transfer_stats(device: int = 0) -> dict[str, int]:

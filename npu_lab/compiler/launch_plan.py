@@ -53,6 +53,7 @@ import torch.fx
 from functorch.compile import make_boxed_func
 
 from .. import _torch_private as private
+from ..device import clock
 from ..device.memory import round_size
 from ..device.tensors import NUMPY_DTYPES, contiguous_strides, storage_bytes
 from ..kernels.elementwise import Operand
@@ -440,8 +441,10 @@ class _Builder:
     def line(self, code: str) -> None:
         self.lines.append("    " + code)
 
-    def launch(self, name: str, flops: float, read: int, written: int) -> None:
-        self.line(f"_launch({name!r}, {float(flops)!r}, {int(read)}, {int(written)})")
+    def launch(self, name: str, flops: float, read: int, written: int, matrix: torch.dtype | None = None) -> None:
+        """Account the kernel on the clock; ``matrix``: a matrix product's operand dtype (the matrix unit)."""
+        unit = "" if matrix is None else f", matrix={clock.matrix_unit(matrix)}"
+        self.line(f"_launch({name!r}, {float(flops)!r}, {int(read)}, {int(written)}{unit})")
 
     def _root_block(self, r: Value) -> tuple[str, str]:
         """Variables holding the root's device block and element offset (emitted on first use)."""

@@ -208,7 +208,7 @@ class Matmul(Lowering):
                f"a_row_sums={sums})")
         b.namespace["_mm"] = mk.mm
         flops = 2.0 * m * n * k + m * n * (len(fk.fused_ops) - 1) + (m * k if fk.row_sums_shape else 0)
-        b.launch(fk.__name__, flops, _nbytes(b, node.args), sum(v.nbytes for v in outs))
+        b.launch(fk.__name__, flops, _nbytes(b, node.args), sum(v.nbytes for v in outs), matrix=b.val(a).dtype)
 
 
 class Combined(Lowering):
@@ -301,7 +301,7 @@ class Product(Lowering):
                f"bias={bias_arr})")
         flops = 2.0 * m * n * k + {"none": 0, "bias": m * n}.get(epilogue, 2 * m * n)
         read = b.val(a).nbytes + wv.nbytes + (b.val(bias).nbytes if name == "addmm" else 0)
-        b.launch(name, flops, read, out.nbytes)
+        b.launch(name, flops, read, out.nbytes, matrix=out.dtype)
 
 
 def _ce_inputs_ok(b: _Builder, scores: object, target: object, weight: object, reduction: object) -> bool:

@@ -21,12 +21,14 @@ from . import memory as _memory
 from . import native
 from . import rng as _rng
 from . import streams as _streams
+from .graphs import NPUGraph, graph, is_current_stream_capturing  # noqa: F401
 from .streams import Event, Stream, current_stream, default_stream, set_stream, stream  # noqa: F401
 
 _C = native.load()
 
 __all__ = [
-    "Event", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
+    "Event", "NPUGraph", "Stream", "current_device", "current_stream", "default_generators", "default_stream", "device",
+    "graph", "is_current_stream_capturing",
     "device_count", "empty_cache", "get_amp_supported_dtype", "get_device_capability", "get_device_name",
     "get_device_properties", "get_offset", "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
     "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",

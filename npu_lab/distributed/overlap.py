@@ -218,7 +218,7 @@ def measure_step(model_fn: ModelFn, batch_fn: BatchFn, cap: float, warmup: int =
     last_ready = max((s0 + ready for _, ready, _, _ in buckets), default=bwd1)
     intervals = []
     for k in kernels:
-        if k.device != index or k.stream != compute or k.kind == "collective":
+        if k.device != index or k.stream != compute or k.kind not in ("kernel", "copy"):
             continue
         phase = ("forward" if k.start_us < bwd0 else "backward" if k.start_us < last_ready
                  else "copy-back" if k.start_us < bwd1 else "optimizer")

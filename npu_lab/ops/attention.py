@@ -114,7 +114,7 @@ def sdpa_fused(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False
     length, s = q.shape[2], k.shape[2]
     g, e = q.shape[0] * q.shape[1], q.shape[3]
     launch("fused_attention", 4.0 * g * length * s * e, nbytes(query) + nbytes(key) + nbytes(value),
-           nbytes(out) + nbytes(lse))
+           nbytes(out) + nbytes(lse), matrix=query.dtype)
     # philox seed and offset (no dropout: zeros), written by the host as PyTorch's CPU kernels do
     return out, lse, empty((0,), torch.int64), empty((0,), torch.int64), length, s, _int64_zero(), \
         _int64_zero(), empty((0,), query.dtype)
@@ -147,5 +147,6 @@ def sdpa_fused_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
     length, s = q.shape[2], k.shape[2]
     g, e = q.shape[0] * q.shape[1], q.shape[3]
     launch("fused_attention_backward", 10.0 * g * length * s * e,
-           3 * nbytes(query) + nbytes(key) + nbytes(value), nbytes(query) + nbytes(key) + nbytes(value))
+           3 * nbytes(query) + nbytes(key) + nbytes(value), nbytes(query) + nbytes(key) + nbytes(value),
+           matrix=query.dtype)
     return dq, dk, dv, grad_bias

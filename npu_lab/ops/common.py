@@ -46,9 +46,16 @@ def nbytes(t: torch.Tensor) -> int:
     return int(n) * t.element_size()
 
 
-def launch(name: str, flops: float, read: int, written: int) -> None:
-    """Account a kernel on the simulated clock (and notify the profiler)."""
-    clock.launch(name, flops, read, written)
+def launch(name: str, flops: float, read: int, written: int, matrix: torch.dtype | None = None) -> None:
+    """Account a kernel on the simulated clock (and notify the profiler).
+
+    ``matrix``: for a matrix product (mm, bmm, convolution, attention), the dtype of its operands:
+    the kernel's arithmetic then runs on the chip's matrix unit at that precision.
+    """
+    if matrix is None:
+        clock.launch(name, flops, read, written)
+    else:
+        clock.launch(name, flops, read, written, matrix=clock.matrix_unit(matrix))
 
 
 def check_same_device(op: str, *tensors: object) -> None:

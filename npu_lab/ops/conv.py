@@ -170,7 +170,7 @@ def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, 
     positions = n * (size[0] * size[1] * size[2] if transposed else osz[0] * osz[1] * osz[2])
     extra = 2 * positions * (o if transposed else c) * kk * out.element_size()
     launch(f"conv_transpose{nd}d" if transposed else f"conv{nd}d", flops, nbytes(input) + nbytes(weight) + extra,
-           nbytes(out) + extra)
+           nbytes(out) + extra, matrix=input.dtype)
     return out
 
 
@@ -226,7 +226,7 @@ def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilati
     positions = n * osz[0] * osz[1] * osz[2]
     launch(f"conv_transpose{nd}d_backward" if transposed else f"conv{nd}d_backward",
            4.0 * positions * o * (c // groups) * kk,
-           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight))
+           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight), matrix=input.dtype)
     return grad_input, grad_weight, grad_bias
 
 
@@ -255,7 +255,7 @@ def convolution(input, weight, bias, stride, padding, dilation, transposed, outp
     as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
     extra = conv_traffic(n, ho, wo, c, kh, kw, o, out.element_size(), nhwc=False) // 2
     launch("conv2d", 2.0 * n * ho * wo * o * cg * kh * kw, nbytes(input) + nbytes(weight) + extra,
-           nbytes(out) + extra)
+           nbytes(out) + extra, matrix=input.dtype)
     return out.squeeze(2) if squeeze else out
 
 
@@ -296,7 +296,7 @@ def convolution_backward(grad_output, input, weight, stride, padding, dilation, 
         grad_bias = empty((o,), grad_output.dtype)
         as_array(grad_bias)[...] = gy.sum(axis=0, dtype=np.float64)
     launch("conv2d_backward", 4.0 * n * ho * wo * o * cg * kh * kw,
-           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight))
+           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight), matrix=input.dtype)
     return grad_input, grad_weight, grad_bias
 
 

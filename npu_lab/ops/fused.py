@@ -50,7 +50,7 @@ def linear_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
               epilogue="bias_relu", bias=as_array(bias))
     else:
         mk.mm(as_array(x2), wt, as_array(out), tiles.get((m, n, k), tiles["default"]), epilogue="relu")
-    launch("linear_relu", 2.0 * m * n * k + 2.0 * m * n, nbytes(x) + nbytes(weight), nbytes(out))
+    launch("linear_relu", 2.0 * m * n * k + 2.0 * m * n, nbytes(x) + nbytes(weight), nbytes(out), matrix=x.dtype)
     return out.reshape(*lead, n)
 
 
@@ -169,7 +169,7 @@ def conv_bn_relu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
     extra = conv_traffic(n, ho, wo, x.shape[1], kh, kw, o, out.element_size(), nhwc=False) // 2
     launch("conv_bn_relu" if relu else "conv_bn", 2.0 * n * ho * wo * o * cg * kh * kw,
-           nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra)
+           nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra, matrix=x.dtype)
     return out
 
 

@@ -131,7 +131,8 @@ def conv2d_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     b = as_array(bias).astype(rows.dtype) if bias is not None else None
     out = _run_conv_nhwc(x, rows, b, (kh, kw), stride, padding, dilation, groups, False, ho, wo)
     extra = _traffic(x, out, weight, stride, padding, groups) // 2
-    launch("conv2d_nhwc", 2.0 * out.numel() * cg * kh * kw, nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra)
+    launch("conv2d_nhwc", 2.0 * out.numel() * cg * kh * kw, nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra,
+           matrix=x.dtype)
     return out
 
 
@@ -192,7 +193,7 @@ def conv_bn_relu_nhwc(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
                          ho, wo)
     extra = _traffic(x, out, weight, stride, padding, groups) // 2
     launch("conv_bn_relu_nhwc" if relu else "conv_bn_nhwc", 2.0 * out.numel() * cg * kh * kw,
-           nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra)
+           nbytes(x) + nbytes(weight) + extra, nbytes(out) + extra, matrix=x.dtype)
     return out
 
 

@@ -48,7 +48,7 @@ def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
         else:
             # any strides: the kernel packs an operand only when its layout needs it
             mk.mm(as_array(a), as_array(b), c, tiles.get((m, n, k), tiles["default"]))
-    launch("mm", 2.0 * m * n * k, nbytes(a) + nbytes(b), nbytes(out))
+    launch("mm", 2.0 * m * n * k, nbytes(a) + nbytes(b), nbytes(out), matrix=a.dtype)
     return out
 
 
@@ -93,7 +93,8 @@ def addmm(self, mat1, mat2, *, beta=1, alpha=1):
         out = empty((m, n), mat1.dtype)
         mk.mm(as_array(mat1), as_array(mat2), as_array(out),
               tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(self).reshape(n))
-        launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out))
+        launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out),
+               matrix=mat1.dtype)
         return out
     prod = mm(mat1, mat2)
     torch.broadcast_shapes(self.shape, prod.shape)
@@ -124,7 +125,8 @@ def addmm_out(self, mat1, mat2, *, beta=1, alpha=1, out):
         if out.is_contiguous():
             mk.mm(as_array(mat1), as_array(mat2), as_array(out),
                   tiles.get((m, n, k), tiles["default"]), epilogue="bias", bias=as_array(self).reshape(n))
-            launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out))
+            launch("addmm", 2.0 * m * n * k + m * n, nbytes(mat1) + nbytes(mat2) + nbytes(self), nbytes(out),
+               matrix=mat1.dtype)
             return out
     res = addmm(self, mat1, mat2, beta=beta, alpha=alpha)
     resize_out(out, res.shape)
@@ -166,7 +168,7 @@ def bmm(self, mat2):
             c[...] = 0
         else:
             mk.bmm(as_array(self), as_array(mat2), c, tiles["default"])
-    launch("bmm", 2.0 * bsz * m * n * k, nbytes(self) + nbytes(mat2), nbytes(out))
+    launch("bmm", 2.0 * bsz * m * n * k, nbytes(self) + nbytes(mat2), nbytes(out), matrix=self.dtype)
     return out
 
 

@@ -137,7 +137,8 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     m, r = empty(stat_shape, input.dtype), empty(stat_shape, input.dtype)
     as_array(m)[...] = mean.reshape(stat_shape)
     as_array(r)[...] = rstd.reshape(stat_shape)
-    launch("layer_norm", 6 * input.numel(), nbytes(input), nbytes(out))
+    params = sum(nbytes(t) for t in (weight, bias) if t is not None)
+    launch("layer_norm", 6 * input.numel(), nbytes(input) + params, nbytes(out) + nbytes(m) + nbytes(r))
     return out, m, r
 
 

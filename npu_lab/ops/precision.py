@@ -106,6 +106,37 @@ def _write_back(orig: torch.Tensor, new: torch.Tensor) -> None:
     orig.copy_(new)
 
 
+def _driver() -> Any:
+    from ..device import native
+
+    return native.load()
+
+
+class _unaccounted:  # noqa: N801 - a context manager used like a function
+    """Pause the driver's accounting on this thread (when ``pause`` is true)."""
+
+    def __init__(self, pause: bool) -> None:
+        self.pause = pause
+
+    def __enter__(self) -> None:
+        if self.pause:
+            _driver().accounting_pause(True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pause:
+            _driver().accounting_pause(False)
+
+
+def _byte_scale(args: tuple, kwargs: dict) -> float:
+    """The bytes of the tensor arguments over their bytes once float16/bfloat16 became float32."""
+    real = up = 0
+    for t in _tensors((*args, *kwargs.values())):
+        n = t.numel() * t.element_size()
+        real += n
+        up += 2 * n if t.dtype in LOW else n
+    return real / up if up else 1.0
+
+
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
     schema = _schema(qualified)
@@ -129,9 +160,20 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
         floating = {t.dtype for t in ranked}
         if checks_overlap:
             _check_overlaps(written, args, kwargs)
-        up_args = tuple(_up(a) for a in args)
-        up_kwargs = {k: _up(v) for k, v in kwargs.items()}
-        result = fn(*up_args, **up_kwargs)
+        # On a chip with 16-bit units, the float32 stand-ins are the simulator's business, not the
+        # chip's: the conversions are not accounted, and the kernels are costed on 16-bit operands.
+        native = _driver().low_precision_begin(_byte_scale(args, kwargs))
+        try:
+            with _unaccounted(native):
+                up_args = tuple(_up(a) for a in args)
+                up_kwargs = {k: _up(v) for k, v in kwargs.items()}
+            result = fn(*up_args, **up_kwargs)
+            with _unaccounted(native):
+                return _finish(result, args, kwargs, up_args, up_kwargs, low, floating)
+        finally:
+            _driver().low_precision_end()
+
+    def _finish(result, args, kwargs, up_args, up_kwargs, low, floating):
         mutated: dict[int, torch.Tensor] = {}
         for i, name in written:
             orig, new = (args[i], up_args[i]) if i < len(args) else (kwargs.get(name), up_kwargs.get(name))

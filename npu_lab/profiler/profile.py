@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..device import clock
 from . import recorder
-from .recorder import KernelEvent, MemoryEvent, OpEvent
+from .recorder import HostEvent, KernelEvent, MemoryEvent, OpEvent
 
 
 @dataclass
@@ -38,10 +38,13 @@ class Profile:
         kernels: kernel launches and copies on the simulated device, in order.
         memory: allocations and frees.
         fallbacks: operators that ran on the CPU through the fallback.
+        host: where the simulated host waited for the device, or launched a graph (each kernel's
+            issue interval is on the kernel itself: ``host_start_us`` .. ``host_end_us``).
     """
 
     ops: list[OpEvent] = field(default_factory=list)
     kernels: list[KernelEvent] = field(default_factory=list)
+    host: list[HostEvent] = field(default_factory=list)
     memory: list[MemoryEvent] = field(default_factory=list)
     fallbacks: list[str] = field(default_factory=list)
     _t0: float = 0.0
@@ -68,6 +71,42 @@ class Profile:
         if not self.kernels:
             return 0.0
         return max(k.end_us for k in self.kernels) - min(k.start_us for k in self.kernels)
+
+    @property
+    def host_issue_us(self) -> float:
+        """Simulated host time spent issuing the kernels and copies."""
+        return sum(k.host_end_us - k.host_start_us for k in self.kernels)
+
+    @property
+    def host_span_us(self) -> float:
+        """Simulated host time from the first launch it issued to the end of its last launch or wait:
+        what the program took as the host saw it (a copy from pageable memory includes its staging)."""
+        spans = [(k.host_start_us, k.host_end_us) for k in self.kernels] + [(h.start_us, h.end_us) for h in self.host]
+        if not spans:
+            return 0.0
+        return max(e for _, e in spans) - min(s for s, _ in spans)
+
+    @property
+    def host_wait_us(self) -> float:
+        """Simulated host time spent waiting for the device."""
+        return sum(h.sim_us for h in self.host if h.kind == "sync")
+
+    @property
+    def device_busy_us(self) -> float:
+        """Simulated time at least one stream of the device was running something."""
+        spans = sorted((k.start_us, k.end_us) for k in self.kernels)
+        busy, end = 0.0, float("-inf")
+        for s, e in spans:
+            if e > end:
+                busy += e - max(s, end)
+                end = e
+        return busy
+
+    @property
+    def device_idle_us(self) -> float:
+        """Simulated time between the first kernel's start and the last one's end with every stream
+        idle: in a launch-bound program, the device waiting for the host."""
+        return self.sim_time_us - self.device_busy_us
 
     @property
     def bytes_moved(self) -> int:
@@ -121,6 +160,9 @@ class Profile:
                      f"{self.sim_time_us:.1f} us, {self.bytes_moved / 1e6:.2f} MB moved by kernels, "
                      f"{self.copy_bytes / 1e6:.2f} MB copied host<->device"
                      + (f", {len(self.fallbacks)} CPU fallbacks" if self.fallbacks else ""))
+        if self.host_issue_us:  # a chip whose host costs something to issue work (not the teaching chip)
+            lines.append(f"simulated host: {self.host_issue_us:.1f} us issuing, {self.host_wait_us:.1f} us waiting; "
+                         f"device idle {self.device_idle_us:.1f} us of {self.sim_time_us:.1f} us")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -131,7 +173,15 @@ class Profile:
         """The profile in the Trace Event format (Perfetto, chrome://tracing)."""
         events = [
             {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "npu:0 (simulated clock)"}},
+            {"name": "thread_name", "ph": "M", "pid": 0, "tid": -1, "args": {"name": "host"}},
         ]
+        for k in self.kernels:
+            if k.host_end_us > k.host_start_us:
+                events.append({"name": "launch " + k.name, "cat": "host", "ph": "X", "pid": 0, "tid": -1,
+                               "ts": k.host_start_us, "dur": k.host_end_us - k.host_start_us})
+        for h in self.host:
+            events.append({"name": h.name, "cat": h.kind, "ph": "X", "pid": 0, "tid": -1, "ts": h.start_us,
+                           "dur": max(h.sim_us, 0.001)})
         for s in sorted({k.stream for k in self.kernels}):
             events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": s,
                            "args": {"name": self.lane_name(s)}})
@@ -165,21 +215,48 @@ class Profile:
         path.write_text(json.dumps(self.chrome_trace()))
         return path
 
-    def plot_timeline(self, ax=None):
-        """A Gantt chart of kernels per stream on the simulated clock."""
+    @property
+    def has_host_lane(self) -> bool:
+        """Whether the host's time line has something to draw: issue costs (a chip whose host costs
+        something per launch) or graph launches."""
+        return any(h.kind == "graph" for h in self.host) or any(k.host_end_us > k.host_start_us for k in self.kernels)
+
+    def plot_timeline(self, ax=None, host: bool | None = None, relative: bool = False, title: str = "NPU timeline"):
+        """A Gantt chart of kernels per stream on the simulated clock, under a host lane (issuing
+        in grey, a graph launch dark, waiting for the device hatched) when the chip's host costs
+        something per launch or a graph was launched (``host=True`` / ``False`` forces it on or off).
+        ``relative=True`` starts the time axis at the profile's first event (to compare profiles)."""
         import matplotlib.pyplot as plt
 
+        host = self.has_host_lane if host is None else host
         ax = ax or plt.subplots(figsize=(10, 2.5))[1]
+        t0 = 0.0
+        if relative:
+            starts = [k.start_us for k in self.kernels] + [h.start_us for h in self.host]
+            starts += [k.host_start_us for k in self.kernels] if host else []
+            t0 = min(starts, default=0.0)
         colors: dict[str, str] = {}
         palette = plt.get_cmap("tab20").colors
         for k in self.kernels:
             c = colors.setdefault(k.name, palette[len(colors) % len(palette)])
-            ax.broken_barh([(k.start_us, max(k.sim_us, 0.01))], (k.stream - 0.4, 0.8), color=c)
-        ax.set_xlabel("simulated time (us)")
-        ax.set_ylabel("stream")
+            ax.broken_barh([(k.start_us - t0, max(k.sim_us, 0.01))], (k.stream - 0.4, 0.8), color=c)
         lanes = sorted({k.stream for k in self.kernels}) or [0]
-        ax.set_yticks(lanes, [self.lane_name(s) for s in lanes])
-        ax.set_title("NPU timeline")
+        labels = [self.lane_name(s) for s in lanes]
+        if host:
+            y = min(lanes) - 1
+            issued = [(k.host_start_us - t0, k.host_end_us - k.host_start_us) for k in self.kernels
+                      if k.host_end_us > k.host_start_us]
+            ax.broken_barh(issued, (y - 0.4, 0.8), facecolor="0.65", edgecolor="white", linewidth=0.5)
+            waits = [(h.start_us - t0, h.sim_us) for h in self.host if h.kind == "sync"]
+            ax.broken_barh(waits, (y - 0.4, 0.8), facecolor="white", edgecolor="0.3", hatch="///")
+            graphs = [(h.start_us - t0, max(h.sim_us, 0.01)) for h in self.host if h.kind == "graph"]
+            ax.broken_barh(graphs, (y - 0.4, 0.8), facecolor="0.2")
+            lanes, labels = [y, *lanes], ["host", *labels]
+        ax.set_xlabel("simulated time (us)" + (" from the first event" if relative else ""))
+        ax.set_ylabel("lane")
+        ax.set_yticks(lanes, labels)
+        ax.invert_yaxis()
+        ax.set_title(title)
         handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in colors.values()][:12]
         ax.legend(handles, list(colors)[:12], fontsize=7, ncol=4, loc="upper left", bbox_to_anchor=(0, -0.35))
         return ax

@@ -9,7 +9,9 @@ Three sources feed one :class:`Profile`:
 * the device clock (:mod:`npu_lab.device.clock`) reports every kernel launch
   and host<->device copy with its FLOPs, bytes and *simulated* start/end on
   its stream; each is attributed to the operator that was running;
-* the native allocator and the CPU fallback report allocations, frees and fallbacks.
+* the native allocator and the CPU fallback report allocations, frees and fallbacks;
+* the simulated host's time line: when each launch was issued, and where the host
+  waited for the device (synchronizations, blocking copies).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ class KernelEvent:
     start_us: float
     end_us: float
     wall_us: float  # host time of the enclosing operator, shared among its kernels
+    host_start_us: float = 0.0  # when the simulated host started issuing it
+    host_end_us: float = 0.0    # when it was issued (the device cannot start it earlier)
 
     @property
     def sim_us(self) -> float:
@@ -65,6 +69,22 @@ class KernelEvent:
     def intensity(self) -> float:
         """FLOPs per byte moved (the roofline's x axis)."""
         return self.flops / self.bytes if self.bytes else 0.0
+
+
+@dataclass
+class HostEvent:
+    """Time the simulated host spent waiting for the device (``"sync"``: a synchronize, a blocking
+    copy, ``.item()``) or launching a captured graph (``"graph"``), on the host's time line."""
+
+    name: str
+    kind: str  # "sync" | "graph"
+    op: str
+    start_us: float
+    end_us: float
+
+    @property
+    def sim_us(self) -> float:
+        return self.end_us - self.start_us
 
 
 @dataclass
@@ -100,8 +120,12 @@ class _Recorder:
 
     def on_kernel(self, rec: clock.KernelRecord) -> None:
         top = self.op_stack[0] if self.op_stack else None
+        if rec.kind in ("sync", "graph"):
+            self.prof.host.append(HostEvent(rec.name, rec.kind, top.name if top else "", rec.start_us, rec.end_us))
+            return
         k = KernelEvent(rec.name, rec.kind, top.name if top else "", tuple(self.ranges), rec.stream, rec.flops,
-                        rec.bytes_read, rec.bytes_written, rec.start_us, rec.end_us, 0.0)
+                        rec.bytes_read, rec.bytes_written, rec.start_us, rec.end_us, 0.0, rec.host_start_us,
+                        rec.host_end_us)
         self.prof.kernels.append(k)
         if top is not None:
             top.kernels.append(len(self.prof.kernels) - 1)

@@ -108,7 +108,7 @@ class FusedMatmul:
               a_row_sums=sums)
         read = nbytes(a) + nbytes(b) + sum(nbytes(t) for t in rest)
         flops = 2.0 * m * n * k + m * n * (len(self.fused_ops) - 1) + (m * k if sums is not None else 0)
-        launch(self.__name__, flops, read, sum(nbytes(o) for o in outs))
+        launch(self.__name__, flops, read, sum(nbytes(o) for o in outs), matrix=a.dtype)
         return tuple(outs)
 
     def __repr__(self) -> str:

@@ -290,29 +290,45 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
 
     def writes_between(a: int, b: int) -> bool:
         return writes[b] - writes[a + 1] > 0 if b > a + 1 else False
+    ids = itertools.count()
+
+    def legal(members: list[torch.fx.Node], node: torch.fx.Node) -> bool:
+        """Can ``members`` (groups found so far) and ``node`` run as one kernel at ``node``'s place?"""
+        joined = set(members) | {node}
+        # every outside user of the group must come after this node
+        if not all(u in joined or order[u] > order[node] for m in members for u in m.users):
+            return False
+        # no outside input may depend on the group (that would be a cycle)
+        first = min(order[m] for m in members)
+        if any(a not in joined and _depends_on(a, joined - {node}, order, first)
+               for m in joined for a in m.all_input_nodes):
+            return False
+        return not writes_between(first, order[node])
+
     for node in gm.graph.nodes:
         if not _fusible(node):
             continue
         shape = tuple(_val(node).shape)
-        target = None
+        candidates: list[int] = []
         for p in node.all_input_nodes:
             g = group_of.get(p)
-            if g is None or tuple(_val(p).shape) != shape or _val(p).dtype != _val(node).dtype:
+            if g is None or g in candidates or tuple(_val(p).shape) != shape or _val(p).dtype != _val(node).dtype:
                 continue
-            members = groups[g]
-            # every outside user of the group must come after this node
-            ok = all(u in members or u is node or order[u] > order[node]
-                     for m in members for u in m.users)
-            # and no outside input of this node may depend on the group (that would be a cycle)
-            first = order[members[0]]
-            ok = ok and not any(a not in members and _depends_on(a, set(members), order, first)
-                                for a in node.all_input_nodes)
-            ok = ok and not writes_between(first, order[node])
-            if ok:
-                target = g
-                break
+            candidates.append(g)
+        # Producer-consumer groups merge: a node that uses two groups joins them into one kernel
+        # (as Inductor's scheduler does) when no cycle and no write in between forbids it.
+        target = None
+        if len(candidates) > 1 and legal([m for g in candidates for m in groups[g]], node):
+            target = candidates[0]
+            for g in candidates[1:]:
+                for m in groups.pop(g):
+                    group_of[m] = target
+                    groups[target].append(m)
+            groups[target].sort(key=order.get)
+        else:
+            target = next((g for g in candidates if legal(groups[g], node)), None)
         if target is None:
-            target = len(groups)
+            target = next(ids)
             groups[target] = []
         groups[target].append(node)
         group_of[node] = target

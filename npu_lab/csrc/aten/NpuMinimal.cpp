@@ -132,6 +132,15 @@ size_t bytes_of(const at::Tensor& t) {
   return static_cast<size_t>(t.numel()) * t.element_size();
 }
 
+// How a copy treats its CPU tensor: pinned memory (torch.Tensor.pin_memory()) needs no staging, and
+// with non_blocking=True the host does not wait for it.
+unsigned host_copy_flags(const at::Tensor& cpu, bool non_blocking) {
+  npuPointerAttributes attr{};
+  npuPointerGetAttributes(&attr, cpu.data_ptr());
+  unsigned flags = attr.type == npuMemoryTypeHost ? npuCopyPinned : npuCopyPageable;
+  return non_blocking ? flags | npuCopyAsync : flags;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy between undefined tensors");
   const bool src_npu = self.device().is_privateuseone();
@@ -157,12 +166,14 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     const c10::DeviceGuard guard(dst.device());
     at::Tensor out = host_alias(dst);
     at::native::copy_(out, self, non_blocking);
-    NPU_CHECK(npuAccountCopy(npuMemcpyHostToDevice, bytes_of(dst), dst.device().index()));
+    NPU_CHECK(npuAccountCopy(npuMemcpyHostToDevice, bytes_of(dst), dst.device().index(), -1, nullptr,
+                             host_copy_flags(self, non_blocking)));
   } else {
     const c10::DeviceGuard guard(self.device());
     at::Tensor out = dst;
     at::native::copy_(out, host_alias(self), non_blocking);
-    NPU_CHECK(npuAccountCopy(npuMemcpyDeviceToHost, bytes_of(self), self.device().index()));
+    NPU_CHECK(npuAccountCopy(npuMemcpyDeviceToHost, bytes_of(self), self.device().index(), -1, nullptr,
+                             host_copy_flags(dst, non_blocking)));
   }
   return dst;
 }

@@ -103,6 +103,10 @@ const char* npuGetErrorString(npuError_t error) {
       return "device not ready";
     case npuErrorInitializationError:
       return "initialization error";
+    case npuErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case npuErrorStreamCaptureInvalidated:
+      return "graph capture must run on a non-default stream, and begin and end once";
   }
   return "unknown error";
 }
@@ -157,7 +161,8 @@ npuError_t npuGetDeviceProperties(npuDeviceProp* prop, int device) {
 
 npuError_t npuSetCostModel(const npuDeviceProp& prop) {
   if (prop.peak_gflops <= 0 || prop.bandwidth_gbs <= 0 || prop.link_gbs <= 0 || prop.peer_gbs <= 0 ||
-      prop.launch_us < 0 || prop.link_latency_us < 0 || prop.peer_latency_us < 0 || prop.event_us < 0) {
+      prop.launch_us < 0 || prop.link_latency_us < 0 || prop.peer_latency_us < 0 || prop.event_us < 0 ||
+      prop.matrix_gflops < 0 || prop.matrix16_gflops < 0 || prop.host_launch_us < 0 || prop.host_memcpy_gbs < 0) {
     return npuErrorInvalidValue;
   }
   std::lock_guard<std::mutex> lock(prop_mutex);

@@ -173,22 +173,29 @@ npuError_t npuGetTransferStats(npuTransferStats* stats, int device) {
   return npuSuccess;
 }
 
-npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer, const char* label) {
+npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer, const char* label,
+                          unsigned flags) {
   if (!valid_device(device) || (kind == npuMemcpyPeer && !valid_device(peer))) {
     return npuErrorInvalidDevice;
+  }
+  if (accounting_paused()) {
+    return npuSuccess;
   }
   npuDeviceProp m = cost_model();
   double us = 0;
   const char* name = "";
   auto n = static_cast<int64_t>(bytes);
+  const bool host_side = kind == npuMemcpyHostToDevice || kind == npuMemcpyDeviceToHost;
+  const bool pinned = (flags & npuCopyPinned) != 0;
+  const bool async = pinned && (flags & npuCopyAsync) != 0;  // from pageable memory, a copy is synchronous
   switch (kind) {
     case npuMemcpyHostToDevice:
       us = m.link_latency_us + double(bytes) / (m.link_gbs * 1e3);
-      name = "memcpy HtoD";
+      name = pinned ? "memcpy HtoD (pinned)" : "memcpy HtoD";
       break;
     case npuMemcpyDeviceToHost:
       us = m.link_latency_us + double(bytes) / (m.link_gbs * 1e3);
-      name = "memcpy DtoH";
+      name = pinned ? "memcpy DtoH (pinned)" : "memcpy DtoH";
       break;
     case npuMemcpyDeviceToDevice:
       // A copy kernel: reads and writes every byte in device memory.
@@ -205,11 +212,25 @@ npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer
   if (label != nullptr) {
     name = label;
   }
+  // Pageable host memory goes through a pinned staging buffer: a host memcpy before the transfer
+  // (to the device) or after it (to the host).
+  const double staging = host_side && !pinned && m.host_memcpy_gbs > 0 ? double(bytes) / (m.host_memcpy_gbs * 1e3) : 0.0;
   npuStream_t stream = 0;
   npuGetCurrentStream(&stream, device);
+  DeviceState& d = device_state(device);
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    if (d.capture_stream >= 0) {
+      if (host_side && !async) {
+        return npuErrorStreamCaptureUnsupported;  // a synchronous copy cannot be part of a graph
+      }
+      d.captured += 1;
+      return npuSuccess;
+    }
+  }
+  auto host = host_issue(m.host_launch_us + (kind == npuMemcpyHostToDevice ? staging : 0.0));
   double start = 0, end = 0;
   {
-    DeviceState& d = device_state(device);
     std::lock_guard<std::mutex> lock(d.mutex);
     npuTransferStats& t = d.transfers;
     switch (kind) {
@@ -232,7 +253,14 @@ npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer
     if (static_cast<size_t>(stream) >= d.stream_time.size()) {
       stream = 0;
     }
-    start = d.stream_time[stream];
+    start = std::max(d.stream_time[stream], host.second);
+    if (host_side) {
+      // One copy engine per direction: copies in one direction queue behind each other, and run
+      // beside kernels on other streams.
+      double& engine = d.copy_engine[kind == npuMemcpyHostToDevice ? 0 : 1];
+      start = std::max(start, engine);
+      engine = start + us;
+    }
     end = start + us;
     d.stream_time[stream] = end;
     d.copies += 1;
@@ -243,8 +271,21 @@ npuError_t npuAccountCopy(npuMemcpyKind kind, size_t bytes, int device, int peer
     p.transfers.peer_bytes += n;
     p.transfers.peer_copies += 1;
   }
+  std::pair<double, double> wait{host.second, host.second};
+  if (host_side && !async) {
+    // The host waits for the transfer (and then, to the host, copies out of the staging buffer).
+    wait = host_wait(end);
+    if (kind == npuMemcpyDeviceToHost && staging > 0) {
+      wait.second = host_issue(staging).second;
+    }
+  }
   if (subscriber_count.load(std::memory_order_relaxed) > 0) {
-    notify(npuActivity{npuActivityMemcpy, name, device, stream, 0.0, n, n, start, end, npuHostTimeNs()});
+    notify(npuActivity{npuActivityMemcpy, name, device, stream, 0.0, n, n, start, end, host.first, host.second,
+                       npuHostTimeNs()});
+    if (wait.second > wait.first) {
+      notify(npuActivity{npuActivitySync, kind == npuMemcpyHostToDevice ? "wait for memcpy HtoD" : "wait for memcpy DtoH",
+                         device, stream, 0.0, 0, 0, wait.first, wait.second, wait.first, wait.second, npuHostTimeNs()});
+    }
   }
   return npuSuccess;
 }
@@ -277,7 +318,9 @@ npuError_t npuMemcpy(void* dst, const void* src, size_t bytes, npuMemcpyKind kin
   if (bytes != 0) {
     std::memmove(dst, src, bytes);
   }
-  return npuAccountCopy(kind, bytes, device, peer);
+  const npuPointerAttributes& host = kind == npuMemcpyHostToDevice ? b : a;
+  unsigned flags = host.type == npuMemoryTypeHost ? npuCopyPinned : npuCopyPageable;
+  return npuAccountCopy(kind, bytes, device, peer, nullptr, flags);
 }
 
 }  // namespace npu

@@ -13,6 +13,12 @@
 // later) and lasts the kernel's *simulated* time, as a real device trails its
 // host. Times are therefore never negative and each stream's events never
 // overlap.
+//
+// The simulated *host* time line appears too, as runtime events on the
+// thread that issued the work (as cudaLaunchKernel rows do in a CUDA trace):
+// each launch and copy costs the host its simulated issue time, and each wait
+// (synchronize, a blocking copy) lasts as long as the host waited for the
+// device, on the simulated clock.
 // Kineto formats metadata with {fmt}; torch does not export its compiled copy, so use it header-only.
 #define FMT_HEADER_ONLY
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
@@ -28,6 +34,9 @@
 #include <string>
 #include <vector>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "../driver/npu_driver.h"
 
 namespace npu::profiler {
@@ -38,7 +47,9 @@ namespace {
 thread_local std::vector<uint64_t> correlation_stack;
 
 struct DeviceRecord {
-  npuActivityKind kind;
+  npuActivityKind kind;  // kernel, memcpy; or sync / graph launch (host runtime events)
+  bool host = false;     // a host runtime event (its issue or wait on the host's time line)
+  int32_t thread = 0;
   std::string name;
   int device;
   int64_t stream;
@@ -85,6 +96,25 @@ class NpuProfilerSession final : public libkineto::IActivityProfilerSession {
     buffer_.span = libkineto::TraceSpan(start_ns_, end_ns_, "npu");
     buffer_.gpuOpCount = 0;
     for (const auto& r : records_) {
+      if (r.host) {
+        buffer_.emplace_activity(buffer_.span, libkineto::ActivityType::PRIVATEUSE1_RUNTIME, r.name);
+        auto& act = *buffer_.activities.back();
+        act.startTime = r.start_ns;
+        act.endTime = r.end_ns;
+        act.id = static_cast<int32_t>(r.correlation);
+        act.device = static_cast<int32_t>(getpid());
+        act.resource = r.thread;
+        act.threadId = r.thread;
+        if (r.kind == npuActivityKernel || r.kind == npuActivityMemcpy) {  // the arrow to the device's event
+          act.flow.id = static_cast<uint32_t>(r.correlation);
+          act.flow.type = libkineto::kLinkAsyncCpuGpu;
+          act.flow.start = true;
+        }
+        act.addMetadata("device", r.device);
+        act.addMetadata("simulated host us", static_cast<double>(r.end_ns - r.start_ns) / 1000.0);
+        act.log(logger);
+        continue;
+      }
       auto type = r.kind == npuActivityKernel ? libkineto::ActivityType::CONCURRENT_KERNEL
                                               : libkineto::ActivityType::GPU_MEMCPY;
       buffer_.emplace_activity(buffer_.span, type, r.name);
@@ -144,13 +174,27 @@ class NpuProfilerSession final : public libkineto::IActivityProfilerSession {
  private:
   void record(const npuActivity& a) {
     uint64_t correlation = correlation_stack.empty() ? 0 : correlation_stack.back();
+    const auto thread = static_cast<int32_t>(syscall(SYS_gettid));
     std::lock_guard<std::mutex> lock(mutex_);
+    // The host's part: issuing the work, or waiting for the device.
+    auto host_dur = static_cast<int64_t>((a.host_end_us - a.host_start_us) * 1000.0);
+    if (host_dur > 0 || a.kind == npuActivitySync || a.kind == npuActivityGraph) {
+      const char* name = a.kind == npuActivityKernel   ? "npuLaunchKernel"
+                         : a.kind == npuActivityMemcpy ? "npuMemcpyAsync"
+                                                       : a.name;
+      DeviceRecord h{a.kind, true, thread, name, a.device, a.stream, a.host_ns, a.host_ns + host_dur, correlation,
+                     0.0, 0, 0};
+      records_.push_back(h);
+    }
+    if (a.kind == npuActivitySync || a.kind == npuActivityGraph) {
+      return;
+    }
     int64_t& stream_end = stream_end_[{a.device, a.stream}];
-    int64_t start = std::max(a.host_ns, stream_end);
+    int64_t start = std::max(a.host_ns + host_dur, stream_end);
     auto duration = static_cast<int64_t>((a.end_us - a.start_us) * 1000.0);
     stream_end = start + duration;
-    records_.push_back(DeviceRecord{a.kind, a.name, a.device, a.stream, start, start + duration, correlation,
-                                    a.flops, a.bytes_read, a.bytes_written});
+    records_.push_back(DeviceRecord{a.kind, false, thread, a.name, a.device, a.stream, start, start + duration,
+                                    correlation, a.flops, a.bytes_read, a.bytes_written});
   }
 
   std::mutex mutex_;
@@ -187,7 +231,8 @@ class NpuActivityProfiler final : public libkineto::IActivityProfiler {
  private:
   std::string name_{"npu_lab"};
   std::set<libkineto::ActivityType> activities_{libkineto::ActivityType::CONCURRENT_KERNEL,
-                                                libkineto::ActivityType::GPU_MEMCPY};
+                                                libkineto::ActivityType::GPU_MEMCPY,
+                                                libkineto::ActivityType::PRIVATEUSE1_RUNTIME};
 };
 
 }  // namespace

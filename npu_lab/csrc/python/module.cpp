@@ -283,6 +283,8 @@ const std::pair<const char*, double npuDeviceProp::*> kCostFigures[] = {
     {"launch_us", &npuDeviceProp::launch_us},       {"link_gbs", &npuDeviceProp::link_gbs},
     {"link_latency_us", &npuDeviceProp::link_latency_us}, {"peer_gbs", &npuDeviceProp::peer_gbs},
     {"peer_latency_us", &npuDeviceProp::peer_latency_us}, {"event_us", &npuDeviceProp::event_us},
+    {"matrix_gflops", &npuDeviceProp::matrix_gflops}, {"matrix16_gflops", &npuDeviceProp::matrix16_gflops},
+    {"host_launch_us", &npuDeviceProp::host_launch_us}, {"host_memcpy_gbs", &npuDeviceProp::host_memcpy_gbs},
 };
 
 py::dict get_cost_model() {
@@ -329,8 +331,12 @@ void set_activity_listener(py::object fn) {
   activity_handle = npuSubscribe([holder](const npuActivity& a) {
     py::gil_scoped_acquire gil;
     try {
-      (*holder)(a.kind == npuActivityKernel ? "kernel" : "copy", a.name, a.device, a.stream, a.flops,
-                a.bytes_read, a.bytes_written, a.start_us, a.end_us);
+      const char* kind = a.kind == npuActivityKernel   ? "kernel"
+                         : a.kind == npuActivityMemcpy ? "copy"
+                         : a.kind == npuActivitySync   ? "sync"
+                                                       : "graph";
+      (*holder)(kind, a.name, a.device, a.stream, a.flops, a.bytes_read, a.bytes_written, a.start_us, a.end_us,
+                a.host_start_us, a.host_end_us);
     } catch (py::error_already_set& e) {
       e.discard_as_unraisable("npu_lab activity listener");
     }
@@ -449,13 +455,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     const char* type = a.type == npuMemoryTypeDevice ? "device" : a.type == npuMemoryTypeHost ? "pinned" : "unregistered";
     return py::make_tuple(type, a.device, reinterpret_cast<uintptr_t>(a.base), a.size);
   });
-  m.def("account_copy", [](const std::string& kind, size_t bytes, int device, int peer) {
+  m.def("account_copy", [](const std::string& kind, size_t bytes, int device, int peer, bool pinned,
+                           bool non_blocking) {
     npuMemcpyKind k = kind == "h2d" ? npuMemcpyHostToDevice
                       : kind == "d2h" ? npuMemcpyDeviceToHost
                       : kind == "d2d" ? npuMemcpyDeviceToDevice
                                       : npuMemcpyPeer;
-    NPU_CHECK(npuAccountCopy(k, bytes, device_or_current(device), peer));
-  }, py::arg("kind"), py::arg("bytes"), py::arg("device") = -1, py::arg("peer") = -1);
+    unsigned flags = (pinned ? npuCopyPinned : npuCopyPageable) | (non_blocking ? npuCopyAsync : 0u);
+    NPU_CHECK(npuAccountCopy(k, bytes, device_or_current(device), peer, nullptr, flags));
+  }, py::arg("kind"), py::arg("bytes"), py::arg("device") = -1, py::arg("peer") = -1, py::arg("pinned") = false,
+     py::arg("non_blocking") = false);
 
   // overlap checks (ATen's, as TensorIterator applies them to a written tensor and its inputs)
   m.def("assert_no_internal_overlap", [](const at::Tensor& t) { at::assert_no_internal_overlap(t); });
@@ -467,9 +476,41 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("device") = -1);
 
   // the simulated clock, streams and events
-  m.def("launch", [](const char* name, double flops, int64_t read, int64_t written, int device) {
-    NPU_CHECK(npuLaunchKernel(name, flops, read, written, device_or_current(device)));
-  }, py::arg("name"), py::arg("flops"), py::arg("bytes_read"), py::arg("bytes_written"), py::arg("device") = -1);
+  m.def("launch", [](const char* name, double flops, int64_t read, int64_t written, int device, int matrix) {
+    TORCH_CHECK_VALUE(matrix == 0 || matrix == 16 || matrix == 32,
+                      "launch(..., matrix=): 0 (the vector unit), 16 or 32 (the matrix unit at that precision), not ",
+                      matrix);
+    NPU_CHECK(npuLaunchKernel(name, flops, read, written, device_or_current(device), static_cast<npuUnit>(matrix)));
+  }, py::arg("name"), py::arg("flops"), py::arg("bytes_read"), py::arg("bytes_written"), py::arg("device") = -1,
+     py::arg("matrix") = 0);
+  m.def("host_time", &npuHostTime);
+  m.def("low_precision_begin", [](double byte_scale) {
+    bool native = false;
+    NPU_CHECK(npuLowPrecisionBegin(byte_scale, &native));
+    return native;
+  });
+  m.def("low_precision_end", [] { NPU_CHECK(npuLowPrecisionEnd()); });
+  m.def("accounting_pause", &npuAccountingPause);
+  m.def("accounting_paused", &npuAccountingPaused);
+  m.def("host_wait_until", &npuHostWaitUntil);
+  m.def("stream_synchronize", [](int device, int64_t stream) {
+    NPU_CHECK(npuStreamSynchronize(stream, device_or_current(device)));
+  });
+  m.def("begin_capture", [](int device, int64_t stream) {
+    NPU_CHECK(npuStreamBeginCapture(stream, device_or_current(device)));
+  });
+  m.def("end_capture", [](int device, int64_t stream) {
+    int64_t n = 0;
+    NPU_CHECK(npuStreamEndCapture(stream, device_or_current(device), &n));
+    return n;
+  });
+  m.def("capture_stream", [](int device) {
+    npuStream_t s = -1;
+    NPU_CHECK(npuStreamCaptureStatus(&s, device_or_current(device)));
+    return s;
+  });
+  m.def("graph_launch_begin", [](int device) { NPU_CHECK(npuGraphLaunchBegin(device_or_current(device))); });
+  m.def("graph_launch_end", [](int device) { NPU_CHECK(npuGraphLaunchEnd(device_or_current(device))); });
   m.def("stream_time", [](int device, int64_t stream) {
     double t = 0;
     NPU_CHECK(npuStreamTime(&t, stream, device_or_current(device)));

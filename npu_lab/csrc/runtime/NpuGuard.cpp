@@ -164,9 +164,16 @@ struct NpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return true;  // kernels finish on the host before their launch returns
   }
 
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  // The host waits for the stream's (or up to the event's) work: it moves the host's time line.
+  void synchronizeStream(const c10::Stream& stream) const override {
+    NPU_CHECK(npuStreamSynchronize(stream.id(), stream.device_index()));
+  }
 
-  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeEvent(void* event) const override {
+    if (event != nullptr) {
+      NPU_CHECK(npuEventSynchronize(static_cast<npuEvent_t>(event)));
+    }
+  }
 
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     NPU_CHECK(npuDeviceSynchronize(device_index < 0 ? current_device() : device_index));
