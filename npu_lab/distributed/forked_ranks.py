@@ -58,7 +58,13 @@ def run_ranks(fn: Callable[[int, int], Any], world_size: int = 2, timeout: float
             store = dist.FileStore(store_file, world_size)
             dist.init_process_group("npuccl", store=store, rank=rank, world_size=world_size,
                                     timeout=datetime.timedelta(seconds=collective_timeout))
-            return fn(rank, world_size)
+            result = fn(rank, world_size)
+            # No rank leaves before every rank is done: a rank that exits closes its connections, and
+            # a peer still completing gloo's connection mesh (or a collective) with it would fail with
+            # "Connection closed by peer".
+            dist.barrier()
+            dist.destroy_process_group()
+            return result
 
         try:
             return forked.call_forked_all([lambda r=r: rank_main(r) for r in range(world_size)], timeout)

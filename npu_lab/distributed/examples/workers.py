@@ -42,6 +42,15 @@ def by_op(prof: Any) -> dict[str, float]:
     return out
 
 
+def launches_by_op(prof: Any) -> dict[str, int]:
+    """Kernel launches and copies per ATen operator (or collective) in a profile of one step."""
+    out: dict[str, int] = {}
+    for k in prof.kernels:
+        key = k.op or k.name
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
 def _device() -> torch.device:
     return torch.device("npu", torch.npu.current_device())
 
@@ -73,7 +82,7 @@ def train_one_process(steps: int = 3, batch: int = 32, width: int = 256, depth: 
         host_s.append(time.perf_counter() - t0)
         losses.append(loss.item())
     return {"losses": losses, "sim_us": sim_us, "host_s": host_s, "device_us_by_op": by_op(prof),
-            "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+            "launches_by_op": launches_by_op(prof), "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
 
 
 def ddp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4, bucket_cap_mb: float = 25.0,
@@ -110,7 +119,7 @@ def ddp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4,
             sim_us.append(s1 - s0)
     return {"losses": losses, "host_s": host_s, "sim_us": sim_us, "world": world,
             "comm_bytes": counted.nbytes, "collectives": counted.calls, "device_us_by_op": by_op(prof),
-            "params": {k: v.detach().cpu() for k, v in model.module.state_dict().items()}}
+            "launches_by_op": launches_by_op(prof), "params": {k: v.detach().cpu() for k, v in model.module.state_dict().items()}}
 
 
 def dp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4, warmup: int = 1,
