@@ -82,7 +82,8 @@ def train_one_process(steps: int = 3, batch: int = 32, width: int = 256, depth: 
         host_s.append(time.perf_counter() - t0)
         losses.append(loss.item())
     return {"losses": losses, "sim_us": sim_us, "host_s": host_s, "device_us_by_op": by_op(prof),
-            "launches_by_op": launches_by_op(prof), "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+            "launches_by_op": launches_by_op(prof),
+            "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
 
 
 def ddp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4, bucket_cap_mb: float = 25.0,
@@ -119,7 +120,8 @@ def ddp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4,
             sim_us.append(s1 - s0)
     return {"losses": losses, "host_s": host_s, "sim_us": sim_us, "world": world,
             "comm_bytes": counted.nbytes, "collectives": counted.calls, "device_us_by_op": by_op(prof),
-            "launches_by_op": launches_by_op(prof), "params": {k: v.detach().cpu() for k, v in model.module.state_dict().items()}}
+            "launches_by_op": launches_by_op(prof),
+            "params": {k: v.detach().cpu() for k, v in model.module.state_dict().items()}}
 
 
 def dp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4, warmup: int = 1,
