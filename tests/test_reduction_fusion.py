@@ -60,6 +60,13 @@ def _check_numerics(gm: torch.fx.GraphModule, fn: Callable, *cpu_args: torch.Ten
         torch.testing.assert_close(o.cpu(), r, equal_nan=True, **tol)
 
 
+@pytest.fixture(autouse=True)
+def _plain_fused_reductions(monkeypatch):
+    """These tests are about FusedReduction; softmax-like groups would otherwise become row kernels
+    (tests/test_fusion_suite.py tests those)."""
+    monkeypatch.setattr(importlib.import_module("npu_lab.compiler.passes.pointwise_fusion"), "FUSE_ROWS", False)
+
+
 # --- the target patterns -----------------------------------------------------------------
 
 def mse(x, y):

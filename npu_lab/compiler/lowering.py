@@ -83,6 +83,8 @@ class Pointwise(Lowering):
         fk: FusedKernel = node.target
         n_in = len(node.args) - len(fk.into)
         ins = node.args[:n_in]
+        if fk.n_random:  # a dropout inside: the call draws random bits first
+            return None
         if not _npu_float(*node.args, dtypes=(*_FLOATS, torch.bool)) or not b.use_arrays(*node.args):
             return None
         shapes = [b.val(a).shape for a in ins]

@@ -206,3 +206,10 @@ def int_trunc_div(a, b):
     if q < 0 and q * b != a:
         q += 1
     return q
+
+
+@_inline
+def dropout_keep(bits, threshold):
+    """Does dropout keep an element with these 64 random bits? ``(bits >> 11) / 2**53 >= p``, with
+    ``threshold = ceil(p * 2**53)``: the test eager dropout makes, in exact integers."""
+    return (np.uint64(bits) >> np.uint64(11)) >= np.uint64(threshold)

@@ -193,8 +193,12 @@ def run_elementwise(
     ins: Sequence[torch.Tensor],
     scalars: Sequence = (),
     flops_per_element: float = 1.0,
+    uncounted: int = 0,
 ) -> None:
     """Run a generated elementwise kernel over npu tensors (inputs broadcast to outs[0]).
+
+    The last ``uncounted`` inputs are not device-memory reads (random bits a real chip makes inside
+    the kernel); the launch does not count their bytes.
 
     float16 operands are computed in float32 (numba has no half arithmetic) and
     rounded back on store, as PyTorch's CPU kernels do for Half.
@@ -216,6 +220,6 @@ def run_elementwise(
     launch(
         kernel.name,
         flops_per_element * numel,
-        sum(nbytes(t) for t in ins),
+        sum(nbytes(t) for t in ins[:len(ins) - uncounted]),
         sum(nbytes(t) for t in outs),
     )

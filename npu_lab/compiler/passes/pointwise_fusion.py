@@ -19,7 +19,10 @@ tensor is never written) and its elementwise *epilogue* (operators that
 consume only the reduced value, scalars and tensors of the reduced shape,
 applied once per output element). ``((x - y) ** 2).mean().sqrt()`` is one
 kernel. Reductions are fused first; the remaining elementwise groups follow.
-Set :data:`FUSE_REDUCTIONS` to False to fuse elementwise operators only.
+When elementwise work *after* a reduction uses the reduced value at full size (RMSNorm, softmax,
+layer norm), the whole group becomes one row kernel instead
+(:mod:`npu_lab.compiler.passes.row_fusion`; switch: :data:`FUSE_ROWS`). Set
+:data:`FUSE_REDUCTIONS` to False to fuse elementwise operators only.
 
 Matrix products fuse with their elementwise epilogue in the same way, before
 anything else: ``threshold_backward(mm(g, w), mask, 0)`` becomes one generated
@@ -46,9 +49,19 @@ import numpy as np
 import torch
 import torch.fx
 
+from ...device.rng import generator as device_generator
 from ...kernels import elementwise, fused_reduction
 from ...kernels.elementwise import Operand
-from ...ops.common import broadcast_shape, empty, empty_strided, launch, nbytes, operand, run_elementwise
+from ...ops.common import (
+    as_array,
+    broadcast_shape,
+    empty,
+    empty_strided,
+    launch,
+    nbytes,
+    operand,
+    run_elementwise,
+)
 
 aten = torch.ops.aten
 
@@ -116,6 +129,30 @@ RULES: dict[object, Rule] = {
     aten.minimum.default: lambda a, lit: f"min({a[0]}, {a[1]})",
 }
 
+
+
+def dropout_output(x: torch.Tensor, p: float) -> torch.Tensor:
+    """``native_dropout(x, p, True)[0]`` when nothing reads the mask: the form dropout takes in a fused kernel.
+
+    Inside a fused kernel each element draws its 64 random bits from the device generator's
+    Philox stream (the same bits eager dropout would draw, in the same order, for a contiguous
+    result) and keeps ``x * 1/(1-p)`` with probability ``1-p``; the mask is never written.
+    Called on its own, it is eager dropout.
+    """
+    return aten.native_dropout.default(x, p, True)[0]
+
+
+def _dropout_rule(a, lit):
+    x, p = a[0], a[1]
+    p = float(p)
+    # keep when U >= p, U = (bits >> 11) / 2**53 exactly as eager draws it; in integers: (bits >> 11) >= ceil(p * 2**53)
+    threshold = int(np.ceil(p * 2.0 ** 53))
+    scale = lit(float(np.float32(1.0 / (1.0 - p))))
+    return f"({x} * {scale} if dropout_keep(@BITS@, {threshold}) else {x} * 0)"
+
+
+RULES[dropout_output] = _dropout_rule
+
 _counter = itertools.count()
 
 
@@ -140,6 +177,8 @@ class FusedKernel:
         self.fused_ops = list(fused_ops)
         #: output index -> position of the call argument the output is written into (in place)
         self.into: dict[int, int] = {}
+        #: dropouts inside the kernel: each reads 64 random bits per element from the device generator
+        self.n_random = 0
 
     @property
     def source(self) -> str:
@@ -159,8 +198,10 @@ class FusedKernel:
                 continue
             st = self.strides[k] if k < len(self.strides) and shape == self.shape else None
             outs.append(empty(shape, self.dtype) if st is None else empty_strided(shape, st, self.dtype))
-        run_elementwise(self.kernel, outs, list(inputs), self.scalars,
-                        flops_per_element=len(self.fused_ops))
+        bits = [random_bits(shape) for _ in range(self.n_random)]
+        # the random bits are made inside the kernel on a real chip (Philox in registers): not memory traffic
+        run_elementwise(self.kernel, outs, [*inputs, *bits], self.scalars,
+                        flops_per_element=len(self.fused_ops), uncounted=len(bits))
         return tuple(outs)
 
     def __repr__(self) -> str:
@@ -169,6 +210,8 @@ class FusedKernel:
 
 #: Fuse reductions with their elementwise prologue and epilogue (see the module docstring).
 FUSE_REDUCTIONS = True
+#: Fuse a row's reductions with the full-size work that uses them into one row kernel (RMSNorm, softmax).
+FUSE_ROWS = True
 #: Fuse matrix products with their elementwise epilogue (see the module docstring).
 FUSE_MATMULS = True
 
@@ -180,6 +223,15 @@ REDUCTION_KINDS: dict[object, str] = {
     aten.mean.default: "mean",
     aten.amax.default: "amax",
 }
+
+
+def random_bits(shape: Sequence[int]) -> torch.Tensor:
+    """An int64 npu tensor of raw Philox bits from the default device generator (advancing it)."""
+    bits = empty(tuple(shape), torch.int64)
+    n = bits.numel()
+    if n:
+        as_array(bits).reshape(-1)[:] = device_generator().raw(n).view(np.int64)
+    return bits
 
 
 def _host_operand(t: torch.Tensor, shape: Sequence[int]) -> Operand:
@@ -247,8 +299,9 @@ def _val(node: object):
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
 
-def _fusible(node: torch.fx.Node) -> bool:
-    if node.op != "call_function" or node.target not in RULES:
+def _fusible(node: torch.fx.Node, random: bool = False) -> bool:
+    """Can ``node`` be computed inside a fused kernel? (``random``: dropout too, only elementwise groups.)"""
+    if node.op != "call_function" or node.target not in RULES or (node.target is dropout_output and not random):
         return False
     v = _val(node)
     if not isinstance(v, torch.Tensor) or v.dtype not in (torch.float32, torch.float64):
@@ -306,7 +359,7 @@ def _groups(gm: torch.fx.GraphModule) -> list[list[torch.fx.Node]]:
         return not writes_between(first, order[node])
 
     for node in gm.graph.nodes:
-        if not _fusible(node):
+        if not _fusible(node, random=True):
             continue
         shape = tuple(_val(node).shape)
         candidates: list[int] = []
@@ -374,6 +427,8 @@ def _expr(node: torch.fx.Node, name_of: Callable[[torch.fx.Node], str], lit: Cal
             and isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent == 2:
         x = name_of(node.args[0])
         return f"({x} * {x})"  # exact, like pow(x, 2), and many times faster in a loop
+    if node.target is dropout_output:  # p shapes the code (an integer threshold), not a kernel parameter
+        return _dropout_rule([name_of(node.args[0]), node.args[1]], lit)
     operands = []
     for a in node.args:
         if isinstance(a, torch.fx.Node):
@@ -404,12 +459,18 @@ def _emit(group: list[torch.fx.Node]):
             inputs.append(a)
         return names[a]
 
+    n_random = 0
     for k, node in enumerate(group):
         expr = _expr(node, name_of, lit)
+        if "@BITS@" in expr:  # a dropout: its random bits are an extra input, numbered after the others
+            expr = expr.replace("@BITS@", f"@BITS{n_random}@")
+            n_random += 1
         names[node] = f"t{k}"
         prelude.append(f"t{k} = {expr}")
+    for r in range(n_random):
+        prelude = [line.replace(f"@BITS{r}@", f"x{len(inputs) + r}") for line in prelude]
     outputs = [n for n in group if any(u not in members for u in n.users)]
-    return inputs, outputs, prelude, [names[o] for o in outputs], scalars
+    return inputs, outputs, prelude, [names[o] for o in outputs], scalars, n_random
 
 
 # --- reductions with their prologue and epilogue --------------------------------------------
@@ -430,11 +491,12 @@ def _static_shape(v: object) -> tuple[int, ...] | None:
     return tuple(v.shape)
 
 
-def _reduction(node: torch.fx.Node) -> tuple[str, int] | None:
+def _reduction(node: torch.fx.Node, contiguous: bool = True) -> tuple[str, int] | None:
     """(kind, number of trailing dimensions reduced) if ``node`` is a reduction that can fuse.
 
     Only reductions over trailing dimensions fuse: the last dimension(s) of a
-    contiguous input, or all dimensions (any layout). Static shapes, float dtypes.
+    contiguous input (any layout with ``contiguous=False``), or all dimensions
+    (any layout). Static shapes, float dtypes.
     """
     if node.op != "call_function" or node.target not in REDUCTION_KINDS or not node.args:
         return None
@@ -460,7 +522,7 @@ def _reduction(node: torch.fx.Node) -> tuple[str, int] | None:
     reduced = sorted({int(d) % nd for d in dims}) if nd else []
     if reduced != list(range(nd - len(reduced), nd)):
         return None
-    if len(reduced) < nd and not iv.is_contiguous():
+    if contiguous and len(reduced) < nd and not iv.is_contiguous():
         return None
     return REDUCTION_KINDS[node.target], len(reduced)
 
@@ -696,23 +758,55 @@ def _writes_in_place(gm: torch.fx.GraphModule) -> list[str]:
     return changes
 
 
+def _dropout_without_mask(gm: torch.fx.GraphModule) -> list[str]:
+    """``native_dropout(x, p, True)`` whose mask nobody reads -> :func:`dropout_output`, which can fuse."""
+    changes = []
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.native_dropout.default or len(node.args) != 3:
+            continue
+        x, p, train = node.args
+        v = _val(x)
+        if train is not True or not isinstance(p, float) or not 0 < p < 1 or not isinstance(v, torch.Tensor):
+            continue
+        if v.device.type != "npu" or v.dtype not in (torch.float32, torch.float64) or not _static(v):
+            continue
+        users = list(node.users)
+        if any(u.target is not operator.getitem for u in users) or any(u.args[1] != 0 and u.users for u in users):
+            continue
+        outs = [u for u in users if u.args[1] == 0]
+        with gm.graph.inserting_before(node):
+            new = gm.graph.call_function(dropout_output, (x, p))
+        new.meta["val"] = _val(outs[0]) if outs else v
+        for u in users:
+            u.replace_all_uses_with(new)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
+        changes.append(f"{node.name}: native_dropout with an unread mask -> dropout_output (can fuse)")
+    return changes
+
+
 def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
     """Fuse matmuls and reductions with their epilogues, then groups of elementwise operators (in place)."""
-    changes = []
+    changes = _dropout_without_mask(gm)
     if FUSE_MATMULS:
         # imported here: the matmul part builds on this module's helpers
         from .matmul_epilogue import fuse_matmul_epilogues
 
         changes += fuse_matmul_epilogues(gm)
     if FUSE_REDUCTIONS:
+        if FUSE_ROWS:
+            from .row_fusion import fuse_rows  # builds on this module's helpers
+
+            changes += fuse_rows(gm)
         changes += fuse_reductions(gm)
     for group in _groups(gm):
-        inputs, outputs, prelude, out_exprs, scalars = _emit(group)
+        inputs, outputs, prelude, out_exprs, scalars, n_random = _emit(group)
         if not outputs:
             continue
         name = f"fused_pointwise_{next(_counter)}"
         kernel = elementwise.ElementwiseKernel(
-            name, len(inputs), tuple(out_exprs), tuple(f"s{i}" for i in range(len(scalars))), tuple(prelude)
+            name, len(inputs) + n_random, tuple(out_exprs), tuple(f"s{i}" for i in range(len(scalars))),
+            tuple(prelude)
         )
         val = _val(group[0])
         ops = [str(n.target).replace("aten.", "").replace(".default", "") for n in group]
@@ -729,6 +823,7 @@ def pointwise_fusion(gm: torch.fx.GraphModule) -> list[str]:
         except (TypeError, RuntimeError):
             static_shape, strides = (), []
         fk = FusedKernel(name, kernel, scalars, static_shape, val.dtype, ops, strides)
+        fk.n_random = n_random
         last = group[-1]
         with gm.graph.inserting_after(last):
             call = gm.graph.call_function(fk, tuple(inputs))
