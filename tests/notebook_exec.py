@@ -34,6 +34,45 @@ def needed_cells(cells: list[str]) -> list[bool]:
     return needed
 
 
+def _names(tree: ast.AST, ctx: type) -> set[str]:
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
+    if ctx is ast.Store:  # a def or a class binds its name too
+        names |= {n.name for n in ast.walk(tree)
+                  if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return names
+
+
+def cells_an_exercise_changes(exercise: list[str], solution: list[str]) -> list[bool]:
+    """Which code cells of an exercise notebook can behave differently from its solution's.
+
+    The exercise is generated from the solution (``npu_lab.grading.notebooks``), so the two differ only in
+    the answer cells. A cell can behave differently when it is an answer cell, when it grades
+    (``check(`` / ``progress(``), or when it reads a name that such a cell binds, directly or through another
+    such cell. Those cells, and the cells they need (:func:`needed_cells`), are what an exercise run must
+    execute; every other cell is the same code on the same inputs as in the solution, which nbval runs.
+    """
+    if len(exercise) != len(solution):
+        raise ValueError(f"the exercise has {len(exercise)} code cells, its solution {len(solution)}")
+    trees = [ast.parse(src) for src in exercise]
+    changed = [False] * len(exercise)
+    tainted: set[str] = set()
+    for i, (ex, sol) in enumerate(zip(exercise, solution)):
+        grades = "check(" in ex or "progress(" in ex
+        if ex != sol or grades or _names(trees[i], ast.Load) & tainted:
+            changed[i] = True
+            tainted |= _names(trees[i], ast.Store)
+    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    keep = [False] * len(exercise)
+    later: set[str] = set()  # the names the kept cells after this one read
+    for i in reversed(range(len(exercise))):
+        tree = trees[i]
+        keep[i] = (changed[i] or bool(_names(tree, ast.Store) & later) or exercise[i].lstrip().startswith("# my_npu")
+                   or any(isinstance(node, kinds) or "bringup.load" in ast.unparse(node) for node in tree.body))
+        if keep[i]:
+            later |= _names(tree, ast.Load)
+    return keep
+
+
 def run_cells(path: Path, *, grade: bool = True, needed_only: bool = False) -> dict[str, Any]:
     """Execute every code cell of ``path`` in one fresh namespace and return it.
 

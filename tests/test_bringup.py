@@ -60,16 +60,18 @@ def test_milestone_solution_passes_and_wrong_answers_fail(path):
 
 def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_attacks():
     """An answer that never returns, ends its process, raises SystemExit or KeyboardInterrupt, or returns nonsense:
-    b5.passes, b5.step (your passes run in a forked child), b7.ddp, b8.desync and b8.module each still give a
-    verdict, within the limit, and say what happened."""
+    b5.passes, b5.step (your passes run in a forked child), b6.kernel (your tile kernel), b7.ddp, b8.desync and
+    b8.module each still give a verdict, within the limit, and say what happened."""
     r = _worker("function_attacks", str(ROOT / "solutions"), NPU_LAB_CHECK_TIMEOUT="8")
-    assert len(r) == 25
+    assert len(r) == 30
     for name, v in r.items():
         assert v["status"] == "not yet", (name, v["text"])
         assert v["seconds"] < 30, (name, v["seconds"])
     assert "within 8 s" in r["b7.ddp never returns"]["text"]
     assert "within 8 s" in r["b8.desync never returns"]["text"]
     assert "within 8 s" in r["b8.module never returns"]["text"]
+    assert "within 8 s" in r["b6.kernel never returns"]["text"]
+    assert "returned a value" in r["b6.kernel returns nonsense"]["text"], r["b6.kernel returns nonsense"]["text"]
     assert "returns the trained model" in r["b7.ddp returns nonsense"]["text"]
     # your passes run first in b5.step's child, so what they do shows before the time limit
     assert "within 8 s" in r["b5.passes never returns"]["text"] and "within 8 s" in r["b5.step never returns"]["text"]
@@ -133,7 +135,7 @@ def test_the_npu_backend_on_a_bare_device_compiles_your_kernels_and_runs_your_pa
 
 
 def test_readiness_on_a_bare_device_counts_only_your_measured_work():
-    r = _worker("readiness", str(ROOT / "solutions" / "B1_eager_mlp.ipynb"))
+    r = _worker("readiness", str(ROOT / "solutions"))
     before = {name: (status, detail) for name, status, detail in r["before"]}
     assert all(status == "to do" for status, _ in before.values()), before
     assert "0 with your kernels" in before["operators covered"][1]
@@ -148,7 +150,18 @@ def test_readiness_on_a_bare_device_counts_only_your_measured_work():
     # measured: the npu backend compiles the step over your kernels, but no pass of yours fused anything yet
     status, detail = after["fusion enabled in the compiled graph"]
     assert status == "to do" and "no fused operator of yours" in detail and "eager -> " in detail, detail
-    assert (after["eager step within 2x the CPU's time"][0] == "done") == (r["ratio"] <= 2.0)
+    # milestone 1's matrix product declares its cost: the clock charges the ideal, so there is nothing to measure
+    status, detail = after["matrix product at 80% of the roofline"]
+    assert status == "to do" and "declares its cost" in detail, detail
+    assert "eager step within 2x the CPU's time" not in after  # no wall time on a bare device
+    # every milestone up to 6: the transformer block's checklist and the roadmap end green, each item measured
+    full = {name: (status, detail) for name, status, detail in r["all"]}
+    assert all(status == "done" for status, _ in full.values()), full
+    assert "82.7% of the roofline" in full["matrix product at 80% of the roofline"][1]
+    assert "fused operators of yours" in full["fusion enabled in the compiled graph"][1]
+    weeks = {(w, check): status for w, check, status in r["roadmap"]}
+    assert weeks[("8", "matrix product at 80% of the roofline")] == "done"
+    assert [status for (w, _), status in weeks.items() if w != "10"] == ["done"] * (len(weeks) - 1)
 
 
 def test_a_check_survives_kernels_that_attack_it():

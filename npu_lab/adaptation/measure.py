@@ -152,3 +152,41 @@ def efficiency(label: str, prof: Any, flops: float, nbytes: float, cost_model: A
     if not prof.kernels:
         raise ValueError(f"{label}: the profile recorded no device events")
     return Efficiency(label, flops, nbytes, prof.launches, prof.sim_time_us, ideal_us(flops, nbytes, cost_model))
+
+
+def counted_launches(fn: Any, ops: tuple[str, ...] = ("aten::mm", "aten::addmm")) -> tuple[int, list[str], Any]:
+    """Run ``fn``; of the kernels its calls of ``ops`` launch, return how many were tile kernels' (their cost
+    counted by the tile model, :mod:`npu_lab.puzzles`), the operators that launched others (their cost declared
+    with ``npu_lab.bringup.launch``, so charged the roofline's ideal), and the profile of the run."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from ..device import clock
+    from ..profiler import profile
+    from ..puzzles.runner import watch
+
+    def kernels() -> int:
+        return sum(clock.clock(i).launches for i in range(torch.npu.device_count()))
+
+    counted, declared = [0], []
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name not in ops:
+                return func(*args, **(kwargs or {}))
+            launched, tile_launches = kernels(), len(tiles)
+            out = func(*args, **(kwargs or {}))
+            launched, tile_launches = kernels() - launched, len(tiles) - tile_launches
+            counted[0] += min(launched, tile_launches)
+            declared.extend([func._schema.name] * max(0, launched - tile_launches))
+            return out
+
+    with watch() as tiles, profile() as prof, Watch():
+        fn()
+        torch.npu.synchronize()
+    return counted[0], declared, prof
+
+
+def matmul_efficiency(prof: Any, n: int, cost_model: Any) -> Efficiency:
+    """``prof`` (one float32 product of two ``n`` x ``n`` matrices) against the roofline of ``cost_model``."""
+    return efficiency(f"mm {n}x{n}", prof, 2.0 * n ** 3, 4.0 * 3 * n * n, cost_model)

@@ -238,9 +238,9 @@ class register_shipped:  # noqa: N801 - used like a function
         self._aside: list[object] = []
 
     def __enter__(self) -> register_shipped:
-        from ..bringup import library as learner
+        from ..bringup.library import step_aside  # (``npu_lab.bringup.library`` the name is a function)
 
-        self._aside = learner.step_aside(self.names)
+        self._aside = step_aside(self.names)
         try:
             for q in self.names:
                 _impl(q, _profiled(q, in_float32(q, SHIPPED[q])))
@@ -251,14 +251,14 @@ class register_shipped:  # noqa: N801 - used like a function
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from ..bringup import library as learner
+        from ..bringup.library import step_back
 
         for q in self.names:
             lib = _libs.pop(q, None)
             if lib is not None:
                 lib._destroy()
             CLAIMED.pop(q, None)
-        learner.step_back(self._aside)
+        step_back(self._aside)
         self._aside = []
 
 

@@ -21,9 +21,10 @@ Two runners, the same values and the same counts:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,28 @@ from .model import Block, Buffer, Context, TileError
 
 #: A block's scratchpad, bytes, unless the launch says otherwise.
 DEFAULT_SCRATCHPAD = 16 * 1024
+
+#: The lists :func:`watch` is filling: every launch that reached the device's clock is appended to each.
+_WATCHERS: list[list[Stats]] = []
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[list[Stats]]:
+    """Collect the :class:`Stats` of every tile-kernel launch that advances the device's clock in the block.
+
+    A grader tells a kernel whose cost the tile model *counted* (its loads and stores) from one that
+    *declared* its cost (``npu_lab.bringup.launch``) by matching the profiler's launches with these::
+
+        with watch() as tiles, npu_lab.profile() as prof:
+            torch.mm(a, b)
+        # every kernel event of prof is one of tiles
+    """
+    seen: list[Stats] = []
+    _WATCHERS.append(seen)
+    try:
+        yield seen
+    finally:
+        _WATCHERS.remove(seen)
 
 
 class _Run:
@@ -168,6 +191,8 @@ def _finish(stats: Stats, buffers: list[Any], debug: bool, trace: Any, account: 
         from ..device import clock
 
         clock.launch(f"puzzle:{stats.name}", stats.flops, stats.bytes_read, stats.bytes_written)
+        for seen in _WATCHERS:
+            seen.append(stats)
     return stats
 
 

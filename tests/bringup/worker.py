@@ -63,21 +63,31 @@ def carry(path: Path) -> dict[str, Any]:
             "attempt": repr(failed), "falsy": not failed}
 
 
-def readiness(path: Path) -> dict[str, Any]:
-    """readiness() of the MLP on the bare device: before any kernel, then with the solved milestone loaded."""
+def readiness(folder: Path) -> dict[str, Any]:
+    """readiness() on the bare device: of the MLP before any kernel and with milestone 1 loaded, then of the
+    transformer block with every milestone up to 6 loaded (and the roadmap it turns green)."""
     import torch
 
     import npu_lab
-    from npu_lab import bringup, models
+    from npu_lab import adaptation, bringup, models
 
     torch.manual_seed(0)
     model = models.mlp(10, 32, 5)
     x = torch.randn(8, 10)
     before = npu_lab.readiness(model, x)
-    bringup.load(path.stem, folder=path.parent)
+    bringup.load("B1_eager_mlp", folder=folder)
     after = npu_lab.readiness(model, x)
-    return {"before": [(i.name, i.status, i.detail) for i in before.items],
-            "after": [(i.name, i.status, i.detail) for i in after.items], "ratio": after.wall_ratio_vs_cpu}
+    for name in ("B2_cnn", "B3_transformer", "B4_conformance", "B5_compile", "B6_matmul"):
+        bringup.load(name, folder=folder)
+    torch.manual_seed(0)
+    block = models.TransformerBlock()
+    full = npu_lab.readiness(block, models.example_batch(block, 2)[0])
+
+    def items(r: Any) -> list[tuple[str, str, str]]:
+        return [(i.name, i.status, i.detail) for i in r.items]
+
+    return {"before": items(before), "after": items(after), "all": items(full),
+            "roadmap": [(w.weeks, w.check, w.status) for w in adaptation.roadmap(full)]}
 
 
 #: Kernels that attack the check rather than answer it (an add.out of the learner's).
@@ -203,9 +213,9 @@ FUNCTION_ATTACKS = {
     "KeyboardInterrupt": "def answer(*args, **kwargs):\n    raise KeyboardInterrupt\n",
     "returns nonsense": "def answer(*args, **kwargs):\n    return object()\n",
 }
-#: The checks of that kind (b5's run your passes in a forked child): each runs every attack as its answer, as every
-#: name the check grades.
-PROCESS_CHECKS = ("b5.passes", "b5.step", "b7.ddp", "b8.desync", "b8.module")
+#: The checks of that kind (b5's run your passes in a forked child, b6.kernel your tile kernel): each runs every attack
+#: as its answer, as every name the check grades.
+PROCESS_CHECKS = ("b5.passes", "b5.step", "b6.kernel", "b7.ddp", "b8.desync", "b8.module")
 
 
 def function_attacks(folder: Path) -> dict[str, Any]:
@@ -265,10 +275,10 @@ def milestone(path: Path) -> dict[str, Any]:
     from npu_lab.grading import EXERCISES, grade, load_all
 
     from ..notebook_exec import needed_cells
-    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b5, wrong_b7, wrong_b8
+    from . import wrong_b1, wrong_b2, wrong_b3, wrong_b4, wrong_b5, wrong_b6, wrong_b7, wrong_b8
 
     wrong = {**wrong_b1.WRONG, **wrong_b2.WRONG, **wrong_b3.WRONG, **wrong_b4.WRONG, **wrong_b5.WRONG,
-             **wrong_b7.WRONG, **wrong_b8.WRONG}
+             **wrong_b6.WRONG, **wrong_b7.WRONG, **wrong_b8.WRONG}
     load_all()
     os.chdir(path.parent)  # as Jupyter runs a notebook: bringup.load() finds the milestones next to it
 
