@@ -41,6 +41,7 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.fallback import report as fallback_report
     from .device.memcheck import MemcheckError, memcheck
     from .device.memory import set_capacity as _set_capacity
+    from .device.streamcheck import StreamRaceError, streamcheck
     from .distributed import register as _register_npuccl
     from .distributed.data_parallel import install as _install_data_parallel
     from .grading import check, checklist, progress
@@ -76,6 +77,8 @@ __all__ = [
     "memcheck",
     "set_cpu_fallback",
     "set_memory_capacity",
+    "StreamRaceError",
+    "streamcheck",
     "transfer_stats",
     "use_chip",
     "verify",

@@ -13,6 +13,7 @@ case              the bug                                                 found 
 ``"copies"``      ``addmm.out`` computes into a new tensor, then copies   ``npu_lab.profile()``, memory stats
 ``"desync"``      ranks all-reduce their metrics in different orders      the values (the sizes all match)
 ``"module"``      a backend renamed, its device module never registered   a fresh process
+``"race"``        a side stream's result read without waiting for it      ``npu_lab.streamcheck()``
 ================  ======================================================  ==================================
 
 These are the *broken* versions, to read and run; the fixes are yours.
@@ -36,7 +37,7 @@ import torch.distributed as dist
 
 from . import launch, library
 
-CASES = ("strides", "bounds", "fake", "copies", "desync", "module")
+CASES = ("strides", "bounds", "fake", "copies", "desync", "module", "race")
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -152,6 +153,22 @@ def register_device(name: str) -> None:
     torch.utils.rename_privateuse1_backend(name)
 
 
+# -- race ---------------------------------------------------------------------------------------
+
+def scaled_residual(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Broken: ``x * w + x``, the product on a side stream (to overlap with the default stream's work), and the
+    sum on the default stream, which never waits for the side stream.
+
+    On a chip whose streams run at once, the sum may read the product before, while or after it is written.
+    The simulated device computes each kernel when it is launched, so the values come out right here; the
+    streams' clocks show the race (``npu_lab.streamcheck()``).
+    """
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        y = x * w
+    return y + x
+
+
 _PROBE = """
 import json, sys, types
 import torch
@@ -212,7 +229,8 @@ def fresh_process(register: Callable[[str], None], name: str, timeout: float = 6
 
 _KERNELS = {"strides": ("abs.out", abs_out), "bounds": ("exp.out", exp_out), "copies": ("addmm.out", addmm_out)}
 _SOURCES = {"strides": [abs_out], "bounds": [_exp_loop.py_func, exp_out], "fake": [row_scale_kernel],
-            "copies": [addmm_out], "desync": [average_metrics], "module": [register_device]}
+            "copies": [addmm_out], "desync": [average_metrics], "module": [register_device],
+            "race": [scaled_residual]}
 
 
 def install(case: str) -> None:

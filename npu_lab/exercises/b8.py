@@ -13,7 +13,9 @@ raising ``NotImplementedError`` is "not started".
 * ``b8.copies`` - ``addmm_out``: right, and into a contiguous ``out`` with no allocation and no copy;
 * ``b8.desync`` - ``average_metrics`` on two and three ranks whose metrics arrive in different orders;
 * ``b8.module`` - ``register_device(name)`` run in a fresh Python process: a factory call reaches the
-  dispatcher instead of failing with "No module named 'torch.<name>'", for two names.
+  dispatcher instead of failing with "No module named 'torch.<name>'", for two names;
+* ``b8.race`` - ``scaled_residual(x, w)`` under ``npu_lab.streamcheck()``: the product still on a side stream,
+  the default stream waiting for it on the device (no device-wide synchronize), the CPU's result.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ chapter("b8", "Bring-up 8: the debugging clinic", [
     "An out= kernel writes into out: a temporary and a copy cost an allocation and the bytes twice",
     "Every rank must issue the same collectives in the same order; equal sizes hide a wrong order",
     "A renamed PrivateUse1 backend needs its device module registered before any device API runs",
+    "A stream that reads another stream's result must wait for it on the device: wait_stream or an event",
 ])
 
 
@@ -358,3 +361,68 @@ def _module(t: Tester, register_device) -> None:
                  hint="the device module answers at least is_available() and device_count(), as torch.cuda does")
         t.expect(f"tensors have is_{name} and .{name}()", r["methods"], hidden=hidden,
                  hint="torch.utils.generate_methods_for_privateuse1_backend() adds them for the renamed backend")
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.race
+# ---------------------------------------------------------------------------------------------
+
+def _race_case(fn: Callable, what: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], busy: bool = False,
+               hidden: bool = False) -> Property:
+    def test() -> str:
+        from ..device.streamcheck import StreamRaceError, streamcheck
+        from ..profiler import profile
+
+        x, w = randn(*x_shape, seed=1), randn(*w_shape, seed=2)
+        xn, wn = x.to("npu"), w.to("npu")
+        if busy:  # the default stream has work queued: a side stream that does not wait runs ahead of it
+            big = torch.ones(256, 256).to("npu")
+            for _ in range(3):
+                big = big * 1.0
+        try:
+            with streamcheck(), profile() as prof:
+                got = fn(xn, wn)
+                # the caller reads the result on its stream: a result still being written elsewhere races too
+                cpu = got.cpu() if isinstance(got, torch.Tensor) else None
+        except StreamRaceError as exc:
+            return f"StreamRaceError: {str(exc).split('. Make the stream')[0]}"
+        if cpu is None:
+            return f"returned {type(got).__name__}, not a tensor"
+        syncs = sorted({h.name for h in prof.host if h.kind == "sync" and "ynchronize" in h.name})
+        if syncs:
+            return f"the host waits for the device ({', '.join(syncs)}): wait on the device, stream for stream"
+        if not any(k.kind == "kernel" and k.stream != 0 for k in prof.kernels):
+            return "no kernel ran on a side stream: keep the product on its own stream (the overlap is the point)"
+        want = x * w + x
+        if cpu.shape != want.shape or not torch.allclose(cpu, want, rtol=1e-5, atol=1e-6):
+            return f"the result differs from x * w + x on the CPU (shape {tuple(cpu.shape)})"
+        return ""
+
+    return Property(f"scaled_residual, x {x_shape}, w {w_shape}: {what}", "scaled_residual", test,
+                    "x * w + x, the product on a side stream, no race under streamcheck, no device-wide sync",
+                    hidden=hidden, blame=False,
+                    hint="before the default stream reads y, make it wait for the side stream: "
+                         "torch.npu.current_stream().wait_stream(side), or an event recorded on side after the "
+                         "product and waited for by the current stream")
+
+
+def race_cases(fn: Callable) -> list[Property]:
+    return [
+        _race_case(fn, "same shapes", (64, 32), (64, 32)),
+        _race_case(fn, "w broadcast over the rows", (48, 16), (16,)),
+        _race_case(fn, "the default stream busy before the call", (128, 128), (128, 128), busy=True, hidden=True),
+        _race_case(fn, "one element", (1,), (1,), hidden=True),
+    ]
+
+
+@exercise("b8.race", "Clinic 7: a side stream's result read without waiting", names=["scaled_residual"],
+          timeout=TIMEOUT)
+def _race(t: Tester, scaled_residual) -> None:
+    from ..grading import device
+
+    from ..bringup.library import is_stub
+
+    _require_function(scaled_residual, "scaled_residual(x, w)")
+    if is_stub(scaled_residual):
+        raise NotStarted("scaled_residual still raises NotImplementedError(\"YOUR CODE HERE\")")
+    device.record(t, device.run_cases(race_cases(scaled_residual), case_limit(TIMEOUT)))

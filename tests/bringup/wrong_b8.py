@@ -183,4 +183,58 @@ def register_device(name):
     torch.utils.generate_methods_for_privateuse1_backend()
 """,
     ],
+    "b8.race": [
+        # the broken version: the sum never waits for the product
+        """
+def scaled_residual(x, w):
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        y = x * w
+    return y + x
+""",
+        # the wait the wrong way round: the side stream waits for the default one, not the other way
+        """
+def scaled_residual(x, w):
+    main = torch.npu.current_stream()
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        y = x * w
+    side.wait_stream(main)
+    return y + x
+""",
+        # the event recorded before the product: waiting for it waits for nothing
+        """
+def scaled_residual(x, w):
+    side = torch.npu.Stream()
+    done = torch.npu.Event()
+    with torch.npu.stream(side):
+        done.record(side)
+        y = x * w
+    done.wait(torch.npu.current_stream())
+    return y + x
+""",
+        # the sum moved onto the side stream too: the caller reads the result without waiting
+        """
+def scaled_residual(x, w):
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        y = x * w
+        out = y + x
+    return out
+""",
+        # the whole device synchronized: the right values, and no overlap left
+        """
+def scaled_residual(x, w):
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        y = x * w
+    torch.npu.synchronize()
+    return y + x
+""",
+        # no side stream at all: right, and the overlap the function was written for is gone
+        """
+def scaled_residual(x, w):
+    return x * w + x
+""",
+    ],
 }
