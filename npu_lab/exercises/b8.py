@@ -418,9 +418,8 @@ def race_cases(fn: Callable) -> list[Property]:
 @exercise("b8.race", "Clinic 7: a side stream's result read without waiting", names=["scaled_residual"],
           timeout=TIMEOUT)
 def _race(t: Tester, scaled_residual) -> None:
-    from ..grading import device
-
     from ..bringup.library import is_stub
+    from ..grading import device
 
     _require_function(scaled_residual, "scaled_residual(x, w)")
     if is_stub(scaled_residual):
