@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What the fresh clone's ``./run test`` runs: the device end to end, and two notebooks under nbval: the bare
-#: device's chapter (the runtime alone) and a solution that computes with the shipped kernels. The notebooks run
-#: on this machine's own CPU code paths, so every kernel they use compiles cold: a heavy chapter here would cost
-#: minutes and prove nothing more. (The native runtime's and ``npu_lab doctor``'s own tests run in the outer
-#: suite, on the same installation steps.)
-SMOKE = ["tests/test_device.py", "chapters/B0_bring_up.ipynb", "solutions/A0_getting_started.ipynb"]
+#: What the fresh clone's ``./run test`` runs: the device end to end with the shipped kernels (test_device), and one
+#: notebook under nbval, the bare device's chapter (the runtime alone). Notebooks there run on this machine's own
+#: CPU code paths, so every kernel they use compiles cold: a heavier notebook would cost minutes and prove nothing
+#: more than nbval's run of every notebook in the outer suite. (The native runtime's and ``npu_lab doctor``'s own
+#: tests run in the outer suite, on the same installation steps.)
+SMOKE = ["tests/test_device.py", "chapters/B0_bring_up.ipynb"]
 
 
 @pytest.mark.skipif(os.environ.get("NPU_LAB_FRESH_CHECK") == "1", reason="already inside the fresh-machine check")
