@@ -61,9 +61,9 @@ def test_milestone_solution_passes_and_wrong_answers_fail(path):
 def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_attacks():
     """An answer that never returns, ends its process, raises SystemExit or KeyboardInterrupt, or returns nonsense:
     b5.passes, b5.step (your passes run in a forked child), b6.kernel (your tile kernel), b7.ddp, b8.desync,
-    b8.module and b8.race each still give a verdict, within the limit, and say what happened."""
+    b8.module, b8.race and b8.factory each still give a verdict, within the limit, and say what happened."""
     r = _worker("function_attacks", str(ROOT / "solutions"), NPU_LAB_CHECK_TIMEOUT="8", NPU_LAB_HANG_TIMEOUT="4")
-    assert len(r) == 35
+    assert len(r) == 40
     for name, v in r.items():
         assert v["status"] == "not yet", (name, v["text"])
         assert v["seconds"] < 30, (name, v["seconds"])
@@ -72,6 +72,7 @@ def test_checks_that_run_your_function_on_ranks_or_in_a_fresh_process_survive_at
     assert "within 4 s" in r["b8.module never returns"]["text"]
     assert "within 4 s" in r["b6.kernel never returns"]["text"]
     assert "within 4 s" in r["b8.race never returns"]["text"]
+    assert "within 4 s" in r["b8.factory never returns"]["text"]
     assert "returned a value" in r["b6.kernel returns nonsense"]["text"], r["b6.kernel returns nonsense"]["text"]
     assert "returns the trained model" in r["b7.ddp returns nonsense"]["text"]
     # your passes run first in b5.step's child, so what they do shows before the time limit

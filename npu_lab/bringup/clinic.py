@@ -14,20 +14,24 @@ case              the bug                                                 found 
 ``"desync"``      ranks all-reduce their metrics in different orders      the values (the sizes all match)
 ``"module"``      a backend renamed, its device module never registered   a fresh process
 ``"race"``        a side stream's result read without waiting for it      ``npu_lab.streamcheck()``
+``"factory"``     factories stop at ``empty``: no ``empty_strided``        ``tensor.to("npu")``, the dispatcher
 ================  ======================================================  ==================================
 
-These are the *broken* versions, to read and run; the fixes are yours.
+These are the *broken* versions, to read and run; the fixes are yours. The factory case takes a kernel *out*
+of the runtime instead of adding a broken one: inside ``with withheld():`` the device has ``empty.memory_format``
+and no ``empty_strided``, as a backend whose author wrote the first factory and stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -37,7 +41,7 @@ import torch.distributed as dist
 
 from . import launch, library
 
-CASES = ("strides", "bounds", "fake", "copies", "desync", "module", "race")
+CASES = ("strides", "bounds", "fake", "copies", "desync", "module", "race", "factory")
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -225,6 +229,39 @@ def fresh_process(register: Callable[[str], None], name: str, timeout: float = 6
     return json.loads(lines[-1])
 
 
+# -- factory ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def withheld() -> Iterator[None]:
+    """The runtime's ``aten::empty_strided`` kernel out of the dispatcher for the duration (back afterwards).
+
+    Inside, the device's factories stop at ``empty.memory_format``: ``torch.empty(3, device="npu")`` works,
+    while ``cpu_tensor.to("npu")``, ``torch.empty_like`` and ``torch.empty_strided`` raise PyTorch's own
+    "Could not run 'aten::empty_strided' with arguments from the 'npu' backend", unless a kernel of yours
+    (``bringup.library(...).impl("empty_strided", ..., "PrivateUse1")``) takes its place.
+    """
+    from ..device import native
+
+    runtime = native.load()
+    was = runtime.empty_strided_registered()
+    runtime.register_empty_strided(False)
+    try:
+        yield
+    finally:
+        runtime.register_empty_strided(was)
+
+
+_FACTORY_SOURCE = """\
+// npu_lab/csrc/aten/NpuMinimal.cpp, as a first bring-up leaves it: one factory function
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  // (no "empty_strided": torch.empty works, so the device looks ready)
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  // ... views, copies, .item()
+}"""
+
+
 # -- the cases ----------------------------------------------------------------------------------
 
 _KERNELS = {"strides": ("abs.out", abs_out), "bounds": ("exp.out", exp_out), "copies": ("addmm.out", addmm_out)}
@@ -234,10 +271,11 @@ _SOURCES = {"strides": [abs_out], "bounds": [_exp_loop.py_func, exp_out], "fake"
 
 
 def install(case: str) -> None:
-    """Register case ``case``'s broken kernel for ``npu`` (for ``"fake"``: define ``clinic::row_scale``)."""
+    """Register case ``case``'s broken kernel for ``npu`` (for ``"fake"``: define ``clinic::row_scale``; the cases
+    with no kernel, ``"desync"``, ``"module"``, ``"race"`` and ``"factory"``, register nothing)."""
     if case not in CASES:
         raise ValueError(f"no clinic case {case!r}; the cases are {', '.join(CASES)}")
-    if case == "fake":
+    if case == "fake":  # "factory" registers nothing: its broken state is `with withheld():`
         _define_row_scale()
     elif case in _KERNELS:
         op, kernel = _KERNELS[case]
@@ -248,4 +286,6 @@ def source(case: str) -> str:
     """The code of case ``case``'s broken piece."""
     if case not in CASES:
         raise ValueError(f"no clinic case {case!r}; the cases are {', '.join(CASES)}")
+    if case == "factory":
+        return _FACTORY_SOURCE
     return "\n\n".join(inspect.getsource(fn) for fn in _SOURCES[case])

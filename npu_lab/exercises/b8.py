@@ -15,7 +15,10 @@ raising ``NotImplementedError`` is "not started".
 * ``b8.module`` - ``register_device(name)`` run in a fresh Python process: a factory call reaches the
   dispatcher instead of failing with "No module named 'torch.<name>'", for two names;
 * ``b8.race`` - ``scaled_residual(x, w)`` under ``npu_lab.streamcheck()``: the product still on a side stream,
-  the default stream waiting for it on the device (no device-wide synchronize), the CPU's result.
+  the default stream waiting for it on the device (no device-wide synchronize), the CPU's result;
+* ``b8.factory`` - ``empty_strided``, registered while the runtime's own is withheld (``clinic.withheld()``):
+  ``.to("npu")``, ``empty_like`` and ``empty_strided`` itself give the CPU's sizes, strides, dtype and storage size
+  on the device asked for (gaps, stride 0, no elements, 0-d, ``npu:1``, a negative size).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ chapter("b8", "Bring-up 8: the debugging clinic", [
     "Every rank must issue the same collectives in the same order; equal sizes hide a wrong order",
     "A renamed PrivateUse1 backend needs its device module registered before any device API runs",
     "A stream that reads another stream's result must wait for it on the device: wait_stream or an event",
+    "tensor.to(device), empty_like and compiled code create tensors with empty_strided, not empty",
 ])
 
 
@@ -425,3 +429,145 @@ def _race(t: Tester, scaled_residual) -> None:
     if is_stub(scaled_residual):
         raise NotStarted("scaled_residual still raises NotImplementedError(\"YOUR CODE HERE\")")
     device.record(t, device.run_cases(race_cases(scaled_residual), case_limit(TIMEOUT)))
+
+
+# ---------------------------------------------------------------------------------------------
+# b8.factory
+# ---------------------------------------------------------------------------------------------
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def _same_layout(got: torch.Tensor, want: torch.Tensor, device: str) -> str:
+    """What differs between an npu tensor and the CPU's tensor of the same call ("" if nothing does)."""
+    if not isinstance(got, torch.Tensor):
+        return f"returned {type(got).__name__}, not a tensor"
+    wrong = []
+    if str(got.device) != device:
+        wrong.append(f"device {got.device}, not {device}")
+    if got.dtype != want.dtype:
+        wrong.append(f"dtype {got.dtype}, not {want.dtype}")
+    if tuple(got.shape) != tuple(want.shape):
+        wrong.append(f"shape {tuple(got.shape)}, not {tuple(want.shape)}")
+    elif got.numel() and got.stride() != want.stride():
+        wrong.append(f"strides {got.stride()}, not {want.stride()}")
+    if got.storage_offset() != want.storage_offset():
+        wrong.append(f"storage offset {got.storage_offset()}, not {want.storage_offset()}")
+    if _storage_bytes(got) != _storage_bytes(want):
+        wrong.append(f"a storage of {_storage_bytes(got)} bytes, where the CPU's has {_storage_bytes(want)}")
+    return "; ".join(wrong)
+
+
+def _factory_case(empty_strided: Callable, what: str, run: Callable[[], str], hidden: bool = False,
+                  hint: str = "") -> Property:
+    def test() -> str:
+        from .. import bringup
+        from ..bringup import clinic
+
+        with clinic.withheld():
+            bringup.library("b8-factory").impl("empty_strided", empty_strided, "PrivateUse1")
+            try:
+                return run()
+            finally:
+                bringup.forget("b8-factory")
+
+    return Property(what, "empty_strided", test, "what the CPU gives for the same call, on the npu device",
+                    hidden=hidden, blame=False,
+                    hint=hint or "empty_strided(size, stride, dtype, layout, device, pin_memory) returns an "
+                                 "uninitialised tensor on `device` with exactly these sizes and strides")
+
+
+def _direct(size: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype | None = None,
+            device: str = "npu:0") -> Callable[[], str]:
+    def run() -> str:
+        got = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        return _same_layout(got, torch.empty_strided(size, stride, dtype=dtype), device)
+
+    return run
+
+
+def _moved_transposed() -> str:
+    x = torch.arange(12, dtype=torch.float32).reshape(3, 4).t()
+    got = x.to("npu")
+    wrong = _same_layout(got, x, "npu:0")
+    if not wrong and not torch.equal(got.cpu(), x):
+        wrong = "the values differ from the CPU tensor's"
+    return wrong
+
+
+def _moved_channels_last() -> str:
+    x = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).reshape(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    got = torch.empty_like(x.to("npu"))
+    return _same_layout(got, torch.empty_like(x), "npu:0")
+
+
+def _on_device_one() -> str:
+    before = torch.npu.memory_allocated(1)
+    got = torch.empty_strided((3, 5), (1, 3), device="npu:1")
+    wrong = _same_layout(got, torch.empty_strided((3, 5), (1, 3)), "npu:1")
+    if not wrong and torch.npu.memory_allocated(1) <= before:
+        wrong = "npu:1's allocator gave no memory: the storage comes from another device"
+    return wrong
+
+
+def _negative() -> str:
+    try:
+        torch.empty_strided((2, -1), (1, 1), device="npu")
+    except RuntimeError:
+        return ""
+    except Exception as exc:  # noqa: BLE001 - the wrong error type is the finding
+        return f"{type(exc).__name__} (the CPU raises RuntimeError)"
+    return "no error (the CPU raises RuntimeError: a negative dimension)"
+
+
+def _module_to() -> str:
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(4, 3)
+    want = lin.weight.detach().clone()
+    lin.to("npu")
+    wrong = _same_layout(lin.weight.detach(), want, "npu:0")
+    if not wrong and not torch.equal(lin.weight.detach().cpu(), want):
+        wrong = "the weights' values changed on the way"
+    return wrong
+
+
+def factory_cases(fn: Callable) -> list[Property]:
+    c = _factory_case
+    gaps = "a storage holds every element the strides reach: 1 + sum((size - 1) * stride) elements, not numel()"
+    return [
+        c(fn, "a transposed CPU matrix moved with .to('npu')", _moved_transposed,
+          hint="tensor.to(device) keeps a dense tensor's strides: it calls empty_strided with the source's sizes "
+               "and strides, then copies"),
+        c(fn, "empty_strided((2, 3), (1, 2))", _direct((2, 3), (1, 2))),
+        c(fn, "empty_like of a channels_last tensor", _moved_channels_last,
+          hint="empty_like keeps the source's memory format: it calls empty_strided with its strides"),
+        c(fn, "nn.Linear(4, 3).to('npu')", _module_to, hidden=True),
+        c(fn, "empty_strided((2, 3), (3, 1), dtype=torch.float64)", _direct((2, 3), (3, 1), torch.float64),
+          hidden=True, hint="the tensor has the dtype asked for (the default dtype when it is None)"),
+        c(fn, "empty_strided((4,), (1,), dtype=torch.int64)", _direct((4,), (1,), torch.int64), hidden=True,
+          hint="the tensor has the dtype asked for"),
+        c(fn, "empty_strided((2, 3), (10, 1)): gaps between the rows", _direct((2, 3), (10, 1)), hidden=True,
+          hint=gaps),
+        c(fn, "empty_strided((4, 5), (0, 1)): a repeated row", _direct((4, 5), (0, 1)), hidden=True, hint=gaps),
+        c(fn, "empty_strided((0, 5), (1, 1)): no elements", _direct((0, 5), (1, 1)), hidden=True,
+          hint="a tensor with a size 0 reaches no element: its storage has 0 bytes"),
+        c(fn, "empty_strided((), ()): a 0-d tensor", _direct((), ()), hidden=True,
+          hint="a 0-d tensor has one element"),
+        c(fn, "empty_strided((3, 5), (1, 3), device='npu:1')", _on_device_one, hidden=True,
+          hint="allocate on the device you are given (its index too), not the current one"),
+        c(fn, "empty_strided((2, -1), (1, 1)) raises", _negative, hidden=True,
+          hint="a negative size is an error: RuntimeError, as on the CPU"),
+    ]
+
+
+@exercise("b8.factory", "Clinic 8: factories that stop at empty", names=["empty_strided"], timeout=TIMEOUT)
+def _factory(t: Tester, empty_strided) -> None:
+    from ..bringup.library import is_stub
+    from ..grading import device
+
+    _require_function(empty_strided, "empty_strided(size, stride, dtype=None, layout=None, device=None, "
+                                     "pin_memory=None)")
+    if is_stub(empty_strided):
+        raise NotStarted("empty_strided still raises NotImplementedError(\"YOUR CODE HERE\")")
+    device.record(t, device.run_cases(factory_cases(empty_strided), case_limit(TIMEOUT)))

@@ -215,7 +215,8 @@ FUNCTION_ATTACKS = {
 }
 #: The checks of that kind (b5's run your passes in a forked child, b6.kernel your tile kernel): each runs every attack
 #: as its answer, as every name the check grades.
-PROCESS_CHECKS = ("b5.passes", "b5.step", "b6.kernel", "b7.ddp", "b8.desync", "b8.module", "b8.race")
+PROCESS_CHECKS = ("b5.passes", "b5.step", "b6.kernel", "b7.ddp", "b8.desync", "b8.module", "b8.race",
+                  "b8.factory")
 
 
 def function_attacks(folder: Path) -> dict[str, Any]:

@@ -237,4 +237,51 @@ def scaled_residual(x, w):
     return x * w + x
 """,
     ],
+    "b8.factory": [
+        # the strides ignored: a contiguous tensor of the right size
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty(size, dtype=dtype, device=device)
+""",
+        # numel() elements viewed with the strides: enough for a dense tensor, too few with gaps
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    import math
+    return torch.empty(math.prod(size), dtype=dtype, device=device).as_strided(size, stride)
+""",
+        # the reach of the strides, and a size 0 forgotten: a tensor with no elements gets a storage
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    n = 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    return torch.empty(max(n, 0), dtype=dtype, device=device).as_strided(size, stride)
+""",
+        # every element counted as if it had a slot of its own: too big a storage
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    n = 0 if 0 in size else sum(s * max(st, 1) for s, st in zip(size, stride)) or 1
+    return torch.empty(n, dtype=dtype, device=device).as_strided(size, stride)
+""",
+        # the dtype dropped: always float32
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    n = 0 if 0 in size else 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    return torch.empty(n, device=device).as_strided(size, stride)
+""",
+        # the device dropped: always the current device
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    n = 0 if 0 in size else 1 + sum((s - 1) * st for s, st in zip(size, stride))
+    return torch.empty(n, dtype=dtype, device="npu").as_strided(size, stride)
+""",
+        # the kernel asks the dispatcher for empty_strided again: itself
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
+""",
+        # the tensor made on the host
+        """
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return torch.empty_strided(size, stride, dtype=dtype, device="cpu")
+""",
+    ],
 }

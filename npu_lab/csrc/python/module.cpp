@@ -32,6 +32,8 @@ void register_sparse_coo_kernels(torch::Library& m);   // aten/NpuSparse.cpp
 void register_sparse_csr_kernels(torch::Library& m);   // aten/NpuSparse.cpp
 void register_quantize_kernels(torch::Library& m);     // aten/NpuQuantized.cpp
 void register_quantized_kernels(torch::Library& m);    // aten/NpuQuantized.cpp
+void register_empty_strided(bool on);                  // aten/NpuMinimal.cpp
+bool empty_strided_registered();                       // aten/NpuMinimal.cpp
 }  // namespace npu::aten
 
 namespace npu::runtime {
@@ -558,6 +560,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // what the C++ side registers
   m.def("native_ops", &native_ops);
+  // the runtime's empty_strided, withheld for a while by the bring-up clinic (bringup.clinic.withheld)
+  m.def("register_empty_strided", &::npu::aten::register_empty_strided, py::arg("on"));
+  m.def("empty_strided_registered", &::npu::aten::empty_strided_registered);
   // The C++ compute kernels (sparse and quantized tensors). A bare device (NPU_LAB_BARE=1) never calls this:
   // it keeps only the runtime's own operators (native_ops). Idempotent; the registrations live until exit.
   m.def("register_compute_kernels", []() {
