@@ -44,7 +44,7 @@ if build_error is None:  # else only the doctor runs: everything below needs the
     from .device.streamcheck import StreamRaceError, streamcheck
     from .distributed import register as _register_npuccl
     from .distributed.data_parallel import install as _install_data_parallel
-    from .grading import check, checklist, progress
+    from .grading import check, checklist, predict, progress
     from .ops.registry import claimed_ops, without_kernels
     from .profiler import coverage, profile
 
@@ -65,6 +65,7 @@ __all__ = [
     "compiler",
     "claimed_ops",
     "coverage",
+    "predict",
     "profile",
     "progress",
     "readiness",

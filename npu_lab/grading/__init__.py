@@ -3,6 +3,7 @@
 * :func:`check` grades answers in the calling notebook;
 * :func:`progress` shows which exercises pass and the concept checklists;
 * :func:`checklist` shows one chapter's checklist as tick boxes;
+* :func:`predict` checks a "predict, then run" answer against what the cell measured (:mod:`.predictions`);
 * :func:`exercise` and :func:`chapter` declare exercises (see :mod:`npu_lab.exercises`);
 * ``python -m npu_lab.grading.notebooks`` writes ``exercises/`` from ``solutions/``.
 
@@ -22,6 +23,7 @@ A check can be trusted whatever the answer does (see the modules for how):
 """
 
 from .check import check, grade
+from .predictions import QUESTIONS, Question, predict, question
 from .progress import Progress, checklist, progress
 from .registry import CHAPTERS, EXERCISES, Chapter, Exercise, chapter, exercise, get, load_all
 from .result import NOT_STARTED, NOT_YET, PASSED, CaseResult, CheckResult, Summary
@@ -30,5 +32,5 @@ from .tester import Tester
 __all__ = [
     "CHAPTERS", "EXERCISES", "NOT_STARTED", "NOT_YET", "PASSED", "CaseResult", "Chapter", "CheckResult",
     "Exercise", "Progress", "Summary", "Tester", "chapter", "check", "checklist", "exercise", "get", "grade",
-    "load_all", "progress",
+    "load_all", "predict", "progress", "question", "QUESTIONS", "Question",
 ]

@@ -11,10 +11,11 @@ import datetime as _dt
 import html
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .predictions import chapter_questions
 from .registry import CHAPTERS, load_all
 from .result import NOT_STARTED, PASSED, CheckResult
 
@@ -36,6 +37,7 @@ def load() -> dict[str, Any]:
         data = {}
     data.setdefault("exercises", {})
     data.setdefault("concepts", {})
+    data.setdefault("predictions", {})
     return data
 
 
@@ -59,6 +61,16 @@ def record(result: CheckResult) -> None:
     _save(data)
 
 
+def record_prediction(question_id: str, right: bool) -> None:
+    """Store a "predict, then run" answer: whether the first prediction was right (a second try, made after the
+    run showed the answer, does not change that), and how many were made."""
+    data = load()
+    entry = data["predictions"].setdefault(question_id, {"first_right": right, "tries": 0})
+    entry["right"] = right
+    entry["tries"] += 1
+    _save(data)
+
+
 def tick(chapter: str, concept: str | int, done: bool = True) -> None:
     """Mark a concept of ``chapter``'s checklist as understood (or not)."""
     load_all()
@@ -79,10 +91,20 @@ class ChapterProgress:
     title: str
     exercises: list[tuple[str, str, str]]  # (id, title, status)
     concepts: list[tuple[str, bool]]
+    #: (question id, made, right at the first try): a "predict, then run" question of the chapter
+    predictions: list[tuple[str, bool, bool]] = field(default_factory=list)
 
     @property
     def passed(self) -> int:
         return sum(s == PASSED for _, _, s in self.exercises)
+
+    def predictions_line(self) -> str:
+        """'3/4 predictions made, 2 right', or '' for a chapter without questions."""
+        if not self.predictions:
+            return ""
+        made = sum(m for _, m, _ in self.predictions)
+        right = sum(r for _, _, r in self.predictions)
+        return f"{made}/{len(self.predictions)} predictions made, {right} right at the first try"
 
 
 class Progress:
@@ -100,8 +122,9 @@ class Progress:
     def __str__(self) -> str:
         lines = []
         for c in self.chapters:
+            made = f", {c.predictions_line()}" if c.predictions else ""
             lines.append(f"{c.chapter} {c.title}: {c.passed}/{len(c.exercises)} exercises passed, "
-                         f"{sum(d for _, d in c.concepts)}/{len(c.concepts)} concepts ticked")
+                         f"{sum(d for _, d in c.concepts)}/{len(c.concepts)} concepts ticked{made}")
             lines += [f"  [{'x' if s == PASSED else ' '}] {i} {t} ({s})" for i, t, s in c.exercises]
             lines += [f"  ({'x' if d else ' '}) {name}" for name, d in c.concepts]
         return "\n".join(lines)
@@ -115,7 +138,8 @@ class Progress:
                              f"{html.escape(t)} <i>({html.escape(s)})</i>" for i, t, s in c.exercises)
             co = "<br>".join(f"{'&#9745;' if d else '&#9744;'} {html.escape(n)}" for n, d in c.concepts)
             rows.append(f"<tr><td style='vertical-align:top'><b>{html.escape(c.chapter)}</b> "
-                        f"{html.escape(c.title)}<br>{c.passed}/{len(c.exercises)} passed</td>"
+                        f"{html.escape(c.title)}<br>{c.passed}/{len(c.exercises)} passed"
+                        + (f"<br>{html.escape(c.predictions_line())}" if c.predictions else "") + "</td>"
                         f"<td style='text-align:left'>{ex}</td><td style='text-align:left'>{co}</td></tr>")
         rows.append("</table>")
         return "".join(rows)
@@ -141,7 +165,11 @@ def progress(chapter: str | None = None) -> Progress:
         exercises = [(e.id, e.title, data["exercises"].get(e.id, {}).get("status", NOT_STARTED))
                      for e in ch.exercises()]
         ticked = set(data["concepts"].get(cid, []))
-        chapters.append(ChapterProgress(cid, ch.title, exercises, [(c, c in ticked) for c in ch.concepts]))
+        answered = data["predictions"]
+        predictions = [(q.id, q.id in answered, bool(answered.get(q.id, {}).get("first_right")))
+                       for q in chapter_questions(cid)]
+        chapters.append(ChapterProgress(cid, ch.title, exercises, [(c, c in ticked) for c in ch.concepts],
+                                        predictions))
     if chapter is not None and not chapters:
         raise KeyError(f"no chapter {chapter!r}; chapters: {sorted(CHAPTERS)}")
     return Progress(chapters)
