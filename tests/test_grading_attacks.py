@@ -351,7 +351,9 @@ CRASHES = {"exception whose __str__ raises": _raise(_StrRaises()),
            "a BaseException that is no Exception": _raise(_NotAnException()),
            "KeyboardInterrupt": _raise(KeyboardInterrupt()), "SystemExit": _raise(SystemExit(3)),
            "returns an unprintable object": lambda: _Unprintable(), "returns a chameleon": lambda: _Chameleon(),
-           "prints a megabyte": _big_print_then_fail, "RecursionError": lambda: _recurse(0)}
+           "prints a megabyte": _big_print_then_fail, "RecursionError": lambda: _recurse(0),
+           # these end the process at once: a notebook's kernel would die with no verdict
+           "os._exit": lambda: os._exit(3), "os.abort": lambda: os.abort()}
 
 
 def _recurse(n):
@@ -391,6 +393,8 @@ def test_every_crash_is_reported_in_one_cheap_exercise(member):
         assert "_StrRaises" in case.error and "its str() raised" in case.error
     if member == "SystemExit":
         assert "exit()" in case.error
+    if member in ("os._exit", "os.abort"):
+        assert "ProcessExit: your code called os." in case.error and "ends the whole process" in case.error
     if member == "prints a megabyte":
         assert "more characters not shown" in case.output and len(text) < 5_000
 

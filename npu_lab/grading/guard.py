@@ -39,7 +39,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -575,12 +575,52 @@ class Outcome:
         return isinstance(self.exception, KeyboardInterrupt)
 
 
+class ProcessExit(BaseException):  # noqa: N818 - named for what the learner's code asked for
+    """Raised in place of ``os._exit`` / ``os.abort`` called by the learner's code under :func:`call`.
+
+    Those end the whole process at once (no ``finally``, no ``SystemExit``): in a notebook, the kernel dies and the
+    check never gives a verdict. Under :func:`call` they raise this instead, on the calling thread only.
+    """
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+@contextlib.contextmanager
+def _exits_raise() -> Iterator[None]:
+    """``os._exit``, ``posix._exit`` and ``os.abort`` raise :class:`ProcessExit` on this thread for the duration."""
+    import posix
+
+    me = threading.get_ident()
+    real_exit, real_abort = os._exit, os.abort
+
+    def _exit(status: int = 0, *rest: Any) -> None:
+        if threading.get_ident() != me:
+            real_exit(status, *rest)
+        raise ProcessExit(f"os._exit({status!r})")
+
+    def abort() -> None:
+        if threading.get_ident() != me:
+            real_abort()
+        raise ProcessExit("os.abort()")
+
+    os._exit = posix._exit = _exit  # type: ignore[assignment]
+    os.abort = abort  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = posix._exit = real_exit  # type: ignore[assignment]
+        os.abort = real_abort  # type: ignore[assignment]
+
+
 def call(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT, capture: bool = True) -> Outcome:
     """Call ``fn()`` under a time limit, capturing its output; never raises.
 
     Exceptions of every kind (``KeyboardInterrupt`` and ``SystemExit`` too) come back
     in the outcome, trimmed; so does the timeout. Only the timeout of an enclosing
-    limit (the whole check ran out of time) passes through.
+    limit (the whole check ran out of time) passes through. ``os._exit`` and ``os.abort``
+    called by ``fn`` on this thread raise :class:`ProcessExit` instead of ending the process.
     """
     out = CappedOutput() if capture else None
     limiter = time_limit(timeout)
@@ -590,6 +630,7 @@ def call(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT, capture: bool 
             if out is not None:
                 stack.enter_context(contextlib.redirect_stdout(out))
                 stack.enter_context(contextlib.redirect_stderr(out))
+            stack.enter_context(_exits_raise())
             with limiter:
                 result.value = fn()
             if limiter.deadline is not None and limiter.deadline.fired:  # it swallowed the timeout, then returned
@@ -606,6 +647,9 @@ def call(fn: Callable[[], Any], timeout: float = DEFAULT_TIMEOUT, capture: bool 
             result.error = "KeyboardInterrupt: the call was interrupted, and the check stopped there\n" + trim(exc)
         elif isinstance(exc, SystemExit):
             result.error = trim(exc) + "\n(your code called exit() or sys.exit(); the check went on without it)"
+        elif isinstance(exc, ProcessExit):
+            result.error = (f"ProcessExit: your code called {exc.what}, which ends the whole process (in a notebook, "
+                            "the kernel); the check stopped that call and went on without it")
         else:
             result.error = trim(exc)
     if out is not None:
