@@ -61,6 +61,7 @@ def test_wrong_answers_fail(notebook):
     "[passed]" with what they print now; test_every_solution_check_is_committed_passed sees they say so. That the
     stubs are "not started", tests/test_notebooks.py shows, from the exercise notebooks run in a kernel.)"""
     path, solved = notebook
+    load_all()  # run alone (-k <stem>), nothing else has imported the exercises' modules
     ids = exercise_ids(path)
     assert ids, f"{path.name} checks no exercise"
     for eid in ids:

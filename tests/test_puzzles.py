@@ -1,12 +1,16 @@
 """The NPU puzzles: the programming model, its counts and errors, and the checks of every puzzle.
 
-Every reference solution passes within its budget; for every puzzle, answers with wrong values and
-answers with right values but over the cost budget fail, with feedback saying why.
+Every reference solution (the tests' copy, tests/puzzle_solutions.py, which must be the solution notebook's)
+and every correct alternative passes within its budget; for every puzzle, answers with wrong values, answers with
+right values but over the cost budget, and answers that break how the work is split between blocks fail, with
+feedback saying why.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
+import itertools
 import math
 from pathlib import Path
 
@@ -16,15 +20,9 @@ import torch
 
 import npu_lab
 from npu_lab.grading import CHAPTERS, NOT_YET, get, grade, load_all
-from npu_lab.puzzles import (
-    OutOfBounds,
-    ScratchpadOverflow,
-    TileError,
-    cdiv,
-    launch,
-    solutions,
-    specs,
-)
+from npu_lab.puzzles import OutOfBounds, ScratchpadOverflow, TileError, cdiv, launch, specs
+
+from . import puzzle_solutions as solutions
 
 _spec = importlib.util.spec_from_file_location("wrong_puzzles", Path(__file__).parent / "wrong" / "puzzles.py")
 wrong = importlib.util.module_from_spec(_spec)
@@ -34,9 +32,15 @@ NAMES = list(specs.PUZZLES)
 
 
 def _define(code: str, name: str):
-    ns: dict = {"math": math}
+    """The kernel ``name`` that ``code`` defines, in a namespace holding the other puzzles' kernels (as the notebook
+    does)."""
+    ns: dict = {"math": math, **{p.answer: solutions.SOLUTIONS[p.name] for p in specs.PUZZLES.values()}}
     exec(code, ns)  # noqa: S102 - the answers are test data written in this repository
     return ns[name]
+
+
+#: The description that ends the case of the parts rule (stores in the block's part, once; loads what it needs).
+PARTS_CASE = ": each block stores its own part once and loads what it needs"
 
 
 def add_ten(ctx, x, out, n, B):
@@ -252,9 +256,12 @@ def test_right_but_over_budget_fails_on_cost(name):
         r = grade(get(p.exercise_id), {p.answer: _define(code, p.answer)})
         assert r.status == NOT_YET, f"passed:\n{code}"
         failing = [c for c in r.cases if not c.passed]
+        assert any(c.description.endswith(": cost") or "ScratchpadOverflow" in c.error for c in failing), str(r)
         for c in failing:
-            if c.description.endswith(": values"):  # the only acceptable value failure: it did not fit
-                assert "ScratchpadOverflow" in c.error, str(r)
+            if c.description.endswith(": values"):  # acceptable: it raised (did not fit, an empty tile...)
+                assert c.error, str(r)
+            elif c.description.endswith(PARTS_CASE):  # e.g. the output stored twice
+                assert c.hint and ("block" in c.got or "more than once" in c.got), str(r)
             else:
                 assert c.description.endswith(": cost") and c.hint
                 if not c.hidden:
@@ -262,6 +269,223 @@ def test_right_but_over_budget_fails_on_cost(name):
                     assert "did: load" in c.got  # which tiles the first block loaded, in order
         values = [c for c in r.cases if c.description.endswith(": values") and not c.error]
         assert all(c.passed for c in values), f"over-budget answer with wrong values:\n{r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_right_values_from_blocks_that_break_the_split_fail_on_the_parts_rule(name):
+    """A block that stores outside its part, stores an element twice, or uses input another block loaded (kept in
+    Python between blocks) fails, whatever its bytes; on public shapes the feedback names the block."""
+    p = specs.PUZZLES[name]
+    codes = wrong.RULES[p.exercise_id]
+    assert codes
+    for code in codes:
+        r = grade(get(p.exercise_id), {p.answer: _define(code, p.answer)})
+        assert r.status == NOT_YET, f"passed:\n{code}"
+        broken = [c for c in r.cases if c.description.endswith(PARTS_CASE) and not c.passed]
+        assert broken, str(r)
+        assert all(c.hint for c in broken)
+        shown = [c for c in broken if not c.hidden]
+        assert shown and all("block" in c.got or "more than once" in c.got for c in shown), str(r)
+
+
+def test_the_parts_split_every_output_once_and_name_inputs_that_exist():
+    for p in specs.PUZZLES.values():
+        assert p.parts is not None, p.name
+        for shape in p.shapes + p.hidden:
+            env = p.env(shape)
+            shapes = p.tensor_shapes(shape)
+            parts = p.parts(env)
+            assert sorted(part.pid for part in parts) == sorted(itertools.product(*map(range, p.grid(env))))
+            covered = np.concatenate([part.out for part in parts]) if parts else np.zeros(0, np.int64)
+            assert np.array_equal(np.sort(covered), np.arange(math.prod(shapes[p.output]))), (p.name, shape)
+            for part in parts:
+                assert set(part.needs) == set(p.inputs), (p.name, part.needs.keys())
+                for name, idx in part.needs.items():
+                    assert idx.size == 0 or 0 <= idx.min() <= idx.max() < math.prod(shapes[name])
+
+
+def test_a_kernel_that_changes_the_byte_counters_fails():
+    def discounted_map(ctx, x, out, n, B):
+        offs = ctx.program_id(0) * B + ctx.arange(B)
+        ctx.store(out, offs, ctx.load(x, offs) + 10.0)
+        ctx._block.run.bytes_read -= 4 * B  # the load "did not count"
+
+    r = grade(get("p1.map"), {"map_kernel": discounted_map})
+    assert r.status == NOT_YET
+    failing = [c for c in r.cases if not c.passed]
+    assert failing and all(c.description.endswith("bytes counted as loaded and stored") for c in failing), str(r)
+    assert "the trace of its ctx.load and ctx.store calls adds up to" in failing[0].got and failing[0].hint
+
+
+def alt_map(ctx, x, out, n, B):
+    offs = ctx.program_id(0) * B + ctx.arange(B)
+    ctx.store(out, offs, 10.0 + ctx.load(x, offs, offs < n), offs < n)
+
+
+def alt_zip(ctx, x, y, out, n, B):
+    offs = ctx.program_id(0) * B + ctx.arange(B)
+    ys = ctx.load(y, offs)
+    ys += ctx.load(x, offs)
+    ctx.store(out, offs, ys)
+
+
+def alt_outer(ctx, x, y, out, n, m, B0, B1):
+    rows = ctx.program_id(0) * B0 + ctx.arange(B0)
+    cols = ctx.program_id(1) * B1 + ctx.arange(B1)
+    tile = ctx.zeros((B0, B1)) + ctx.load(y, cols, cols < m)[None, :]
+    tile += ctx.load(x, rows, rows < n)[:, None]
+    ctx.store(out, rows[:, None] * m + cols[None, :], tile, (rows < n)[:, None] & (cols < m)[None, :])
+
+
+def alt_relu2d(ctx, x, out, n, m, B0, B1):
+    rows = ctx.program_id(0) * B0 + ctx.arange(B0)
+    cols = ctx.program_id(1) * B1 + ctx.arange(B1)
+    offs = rows[:, None] * m + cols[None, :]
+    mask = (offs < n * m) & (cols[None, :] < m)
+    t = ctx.load(x, offs, mask)
+    ctx.store(out, offs, ctx.where(t > 0.0, t, 0.0), mask)
+
+
+def alt_rowsum(ctx, x, out, n, m, B0, B1):
+    rows = ctx.program_id(0) * B0 + ctx.arange(B0)
+    acc = ctx.zeros(B0)
+    for c0 in range(0, cdiv(m, B1) * B1, B1):
+        cols = c0 + ctx.arange(B1)
+        acc = acc + ctx.load(x, rows[:, None] * m + cols[None, :], (rows < n)[:, None] & (cols < m)[None, :]).sum(1)
+    ctx.store(out, rows, acc, rows < n)
+
+
+def alt_cumsum(ctx, x, out, n, m, B0, B1):
+    """The carry read back from the column already stored before the tile (a few bytes more, within budget)."""
+    rows = ctx.program_id(0) * B0 + ctx.arange(B0)
+    for c0 in range(0, m, B1):
+        cols = c0 + ctx.arange(B1)
+        offs = rows[:, None] * m + cols[None, :]
+        mask = (rows[:, None] < n) & (cols[None, :] < m)
+        carry = ctx.load(out, rows * m + (c0 - 1), (rows < n) & (c0 > 0))
+        ctx.store(out, offs, ctx.load(x, offs, mask).cumsum(axis=1) + carry[:, None], mask)
+
+
+def alt_layernorm(ctx, x, w, b, out, n, m, eps, R, BM):
+    rows = ctx.program_id(0) * R + ctx.arange(R)
+    cols = ctx.arange(BM)
+    offs = rows[:, None] * m + cols[None, :]
+    mask = (rows[:, None] < n) & (cols[None, :] < m)
+    ws, bs = ctx.load(w, cols, cols < m), ctx.load(b, cols, cols < m)
+    t = ctx.load(x, offs, mask)
+    xc = ctx.where(mask, t - (t.sum(axis=1) / m)[:, None], 0.0)
+    del t
+    std = ((xc * xc).sum(axis=1) / m + eps).sqrt()
+    ctx.store(out, offs, xc / std[:, None] * ws[None, :] + bs[None, :], mask)
+
+
+def alt_matmul(ctx, a, b, out, M, N, K, BM, BN, BK):
+    rows = ctx.program_id(0) * BM + ctx.arange(BM)
+    cols = ctx.program_id(1) * BN + ctx.arange(BN)
+    ks = ctx.arange(K)  # exactly K wide: no mask along K
+    at = ctx.load(a, rows[:, None] * K + ks[None, :], rows[:, None] < M)
+    bt = ctx.load(b, ks[:, None] * N + cols[None, :], cols[None, :] < N)
+    ctx.store(out, rows[:, None] * N + cols[None, :], at @ bt, (rows[:, None] < M) & (cols[None, :] < N))
+
+
+def alt_matmul_tiled(ctx, a, b, out, M, N, K, BM, BN, BK):
+    rows = ctx.program_id(0) * BM + ctx.arange(BM)
+    cols = ctx.program_id(1) * BN + ctx.arange(BN)
+    acc = ctx.zeros((BM, BN))
+    for k0 in range(0, K, BK):
+        ks = k0 + ctx.arange(BK)
+        acc = acc + ctx.dot(ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K)),
+                            ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N)))
+    ctx.store(out, rows[:, None] * N + cols[None, :], acc, (rows[:, None] < M) & (cols[None, :] < N))
+
+
+def alt_conv1d(ctx, x, w, out, n, k, B, BK):
+    start = ctx.program_id(0) * B
+    offs = start + ctx.arange(B + BK)
+    xs = ctx.load(x, offs, offs < min(n, start + B + k - 1))
+    ws = ctx.load(w, ctx.arange(BK), ctx.arange(BK) < k)
+    acc = xs[0:B] * ws[0]
+    for j in range(1, k):
+        acc = acc + xs[j:j + B] * ws[j]
+    outs = start + ctx.arange(B)
+    ctx.store(out, outs, acc, outs < n - k + 1)
+
+
+def alt_attention(ctx, q, k, v, out, n, m, d, BQ, BKV, BD):
+    rows = ctx.program_id(0) * BQ + ctx.arange(BQ)
+    dims = ctx.arange(BD)
+    qt = ctx.load(q, rows[:, None] * d + dims[None, :], (rows[:, None] < n) & (dims[None, :] < d)) / math.sqrt(d)
+    row_max = ctx.full(BQ, -math.inf)
+    total = ctx.zeros(BQ)
+    acc = ctx.zeros((BQ, BD))
+    for k0 in range(0, m, BKV):
+        keys = k0 + ctx.arange(BKV)
+        kv_mask = (keys[:, None] < m) & (dims[None, :] < d)
+        s = ctx.dot(qt, ctx.load(k, keys[:, None] * d + dims[None, :], kv_mask).T)
+        s = s + ctx.where(keys[None, :] < m, 0.0, -math.inf)
+        new_max = ctx.maximum(row_max, s.max(axis=1))
+        alpha = ctx.exp(row_max - new_max)
+        p = ctx.exp(s - new_max[:, None])
+        total = total * alpha + p.sum(axis=1)
+        acc = acc * alpha[:, None]
+        ctx.dot(p, ctx.load(v, keys[:, None] * d + dims[None, :], kv_mask), acc=acc)
+        row_max = new_max
+    ctx.store(out, rows[:, None] * d + dims[None, :], acc * (1.0 / total)[:, None],
+              (rows[:, None] < n) & (dims[None, :] < d))
+
+
+def alt_linear_relu(ctx, a, b, bias, out, M, N, K, BM, BN, BK):
+    rows = ctx.program_id(0) * BM + ctx.arange(BM)
+    cols = ctx.program_id(1) * BN + ctx.arange(BN)
+    acc = ctx.zeros((BM, BN)) + ctx.load(bias, cols, cols < N)[None, :]  # the bias first, then the products
+    for k0 in range(0, K, BK):
+        ks = k0 + ctx.arange(BK)
+        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))
+        bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))
+        ctx.dot(at, bt, acc=acc)
+    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.maximum(acc, 0.0), (rows[:, None] < M) & (cols[None, :] < N))
+
+
+#: puzzle -> a correct answer written otherwise than the reference (the three-pass softmax answered with the
+#: online one, which moves fewer bytes than the three-pass minimum)
+ALTERNATIVES = {
+    "map": alt_map, "zip": alt_zip, "outer": alt_outer, "relu2d": alt_relu2d, "rowsum": alt_rowsum,
+    "cumsum": alt_cumsum, "softmax": solutions.online_softmax_kernel, "online_softmax": solutions.online_softmax_kernel,
+    "layernorm": alt_layernorm, "matmul": alt_matmul, "matmul_tiled": alt_matmul_tiled, "conv1d": alt_conv1d,
+    "attention": alt_attention, "linear_relu": alt_linear_relu,
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_correct_alternative_passes(name):
+    p = specs.PUZZLES[name]
+    r = grade(get(p.exercise_id), {p.answer: ALTERNATIVES[name]})
+    assert r.passed, str(r)
+
+
+def _solution_cells() -> dict[str, str]:
+    """The kernels of solutions/P1_npu_puzzles.ipynb, by name: each solution cell's code without its markers."""
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).parent.parent / "solutions" / "P1_npu_puzzles.ipynb", as_version=4)
+    out = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
+            code = "\n".join(line for line in cell.source.splitlines() if "### " not in line)
+            tree = ast.parse(code)
+            for node in tree.body:
+                if isinstance(node, ast.FunctionDef):
+                    out[node.name] = ast.dump(node)
+    return out
+
+
+def test_the_tests_copy_of_the_solutions_is_the_notebooks():
+    cells = _solution_cells()
+    copy = ast.parse(Path(solutions.__file__).read_text())
+    mine = {node.name: ast.dump(node) for node in copy.body if isinstance(node, ast.FunctionDef)}
+    assert set(cells) == {p.answer for p in specs.PUZZLES.values()}
+    for name, dump in cells.items():
+        assert mine.get(name) == dump, f"tests/puzzle_solutions.py's {name} is not the notebook's"
 
 
 def test_a_kernel_that_changes_the_runner_fails_and_the_runner_is_put_back():
@@ -346,3 +570,55 @@ def test_softmax_puzzle_kernel_runs_a_model_as_aten_softmax():
     assert "aten::_softmax" in npu_lab.claimed_ops()
     npu_model(x.to("npu"))
     assert mine.calls == 1  # the shipped kernel is back
+
+
+@pytest.mark.parametrize("stem, chapter", [("P0_npu_kernels", "p1"), ("B0_bring_up", "b0")])
+def test_the_chapter_asks_each_of_its_questions_once_before_running_the_mechanism(stem, chapter):
+    """Each question declared for the chapter is asked by one code cell that starts with the prediction and ends
+    by handing the measured value to npu_lab.predict; the committed output shows no prediction was made."""
+    import nbformat
+
+    from npu_lab.grading.predictions import chapter_questions
+
+    nb = nbformat.read(Path(__file__).parent.parent / "chapters" / f"{stem}.ipynb", as_version=4)
+    asked = {}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "npu_lab.predict(" in cell.source:
+            assert cell.source.startswith("prediction = ...  # your prediction: "), cell.source[:60]
+            last = ast.parse(cell.source).body[-1]  # the cell ends with npu_lab.predict("<id>", prediction, <measured>)
+            assert isinstance(last, ast.Expr) and ast.unparse(last.value.func) == "npu_lab.predict"
+            qid = last.value.args[0].value
+            assert ast.unparse(last.value.args[1]) == "prediction" and len(last.value.args) == 3
+            shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+            assert f"[no prediction] {qid}:" in shown
+            asked[qid] = asked.get(qid, 0) + 1
+    declared = [q.id for q in chapter_questions(chapter)]  # the puzzles' exercise notebook asks none of them
+    assert sorted(asked) == sorted(declared) and all(n == 1 for n in asked.values()), (asked, declared)
+    assert 3 <= len(asked) <= 5
+
+
+def test_the_figures_draw_measured_runs_and_refuse_what_they_cannot_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from npu_lab.puzzles.figures import roofline_figure, walk_figure
+
+    p = specs.puzzle("matmul_tiled")
+    shape = {"M": 40, "N": 40, "K": 32}
+    dbg = specs.run(p, solutions.matmul_tiled_kernel, shape, debug=True).stats
+    fast = specs.run(p, solutions.matmul_tiled_kernel, shape, debug=False).stats
+    x = torch.randn(64, device="npu")
+    copy = launch(lambda ctx, x, out, B: ctx.store(out, ctx.arange(B), ctx.load(x, ctx.arange(B))), 1, x,
+                  torch.empty_like(x), 64)
+    fig = roofline_figure({"product": fast, "a copy": copy})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("product (") for t in labels) and not any("a copy" in t for t in labels)  # 0 FLOPs
+    assert fig.axes[0].get_xscale() == fig.axes[0].get_yscale() == "log"
+    fig = walk_figure({"tiled": dbg})
+    assert len(fig.axes) == 4  # a, b, out and the colour bar
+    assert "each element read 2x" in fig.axes[0].get_title(loc="left")  # a: once per column of blocks (N / BN = 2)
+    with pytest.raises(ValueError, match="debug runs"):
+        walk_figure({"no trace": fast})
+    plt.close("all")

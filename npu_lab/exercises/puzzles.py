@@ -5,8 +5,13 @@ public and hidden shape of the puzzle the check
 
 * runs the learner's kernel on ``npu`` tensors in the debug runner (bounds and scratchpad checked,
   every access traced, blocks in a shuffled order),
-* compares the output with a reference the check computes itself with PyTorch on the CPU (never
+* compares the output with a reference the check computes itself from NumPy formulas (never
   through the learner's code; the output starts as NaN, so elements never written show up),
+* holds the run's trace to the puzzle's parts (:mod:`npu_lab.puzzles.parts`): each block stores only
+  its own part of the output and every output element once, and each block loads with its own
+  ``ctx.load`` every input element its part needs - the least a block can read, since its scratchpad
+  is its own (a kernel that reads less kept values in Python between blocks, or read around
+  ``ctx.load``); the byte counters must be the trace's (a kernel that changed them fails);
 * and holds the run to the puzzle's budget: device bytes at most 1.2x the minimum for that shape,
   the scratchpad within its capacity. The feedback gives the bytes moved against the minimum, how
   many times each input was read per element, which tiles block 0 loaded in which order, the
@@ -28,12 +33,16 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester
 from ..puzzles import specs
+from ..puzzles.debug import region
 from ..puzzles.draw import first_block_text
+from ..puzzles.model import ITEMSIZE
 
 chapter("p1", "NPU puzzles: tiles, scratchpad, reuse and fusion, graded by the cost model", [
     "A kernel runs once per block of a grid; ctx.program_id says which block",
@@ -48,9 +57,27 @@ chapter("p1", "NPU puzzles: tiles, scratchpad, reuse and fusion, graded by the c
     "A kernel below the ridge point is memory-bound: only moving fewer bytes makes it faster",
 ])
 
+# Chapter P0's "predict, then run" questions (chapters/P0_npu_kernels.ipynb; P0 teaches what the puzzles use).
+question("p1.masked_bytes", "scale_shift on 100 elements, 32 per block: how many bytes of device memory does the "
+         "masked run move, loads and stores together?",
+         why="a masked-out position moves nothing: 100 elements read and 100 written, 4 bytes each, make 800 B "
+             "(not 4 blocks x 32 positions x 8 B = 1,024 B)")
+question("p1.b_rereads", "With panels of 16 rows per block, in a 128 x 128 x 128 product, how many times is each "
+         "element of b read (all blocks together)?",
+         why="every block needs all of b and has a scratchpad of its own: 128 / 16 = 8 blocks read it 8 times")
+question("p1.first_compute_bound", "Of the panel heights 4, 8, 16 and 32, which is the smallest whose product is "
+         "compute-bound on this chip (ridge point 5 FLOP/B)?",
+         why="intensity is about 2 M N K / (4 (M K + K N M / BM + M N)) = 64 / (2 + 128 / BM) FLOP/B here: 1.9, "
+             "3.6, 6.4 and 10.7 for BM = 4, 8, 16, 32, so 16 is the first above the ridge", choices=(4, 8, 16, 32))
+question("p1.softmax_bytes", "The whole-row softmax as the model's aten::_softmax: how many times the bytes of the "
+         "shipped softmax kernel does it move?",
+         why="a row that fits the scratchpad is read once and written once, as the shipped kernel does: the same "
+             "bytes, 1.0x. Rows longer than a scratchpad must be read two or three times (puzzles 7 and 8)",
+         rtol=0.01)
+
 
 #: The modules whose code runs and counts a kernel: what a learner's kernel must leave alone.
-_RUNNER_MODULES = ("model", "runner", "compiled", "jit", "cost", "debug", "specs", "references", "draw")
+_RUNNER_MODULES = ("model", "runner", "compiled", "jit", "cost", "debug", "specs", "references", "draw", "parts")
 
 
 def _runner_code() -> dict[str, tuple[Any, dict[str, Any]]]:
@@ -124,6 +151,87 @@ def _unread_inputs(p: specs.Puzzle, result: specs.Result) -> list[str]:
     return out
 
 
+def _counters_match_trace(result: specs.Result) -> str:
+    """"" if the run's byte counters are what its trace of loads and stores adds up to, else what differs."""
+    s = result.stats
+    traced = {kind: ITEMSIZE * int(sum(int(np.asarray(c).sum()) for c in counts.values()))
+              for kind, counts in (("read", s.reads), ("written", s.writes))}
+    if (s.bytes_read, s.bytes_written) == (traced["read"], traced["written"]):
+        return ""
+    return (f"the counters say {s.bytes_read:,} B read and {s.bytes_written:,} B written; the trace of its "
+            f"ctx.load and ctx.store calls adds up to {traced['read']:,} B and {traced['written']:,} B")
+
+
+def _label(pid: tuple[int, ...]) -> str:
+    return f"block {pid if len(pid) > 1 else pid[0]}"
+
+
+_STORE_HINT = ("each block stores only its own part of the output (the puzzle's text says which: e.g. block (p0, p1) "
+               "the tile at rows p0*B0..., columns p1*B1...), and every output element once, when its value is final")
+_LOAD_HINT = ("a block's scratchpad is its own: what another block loaded, or what Python variables kept from one "
+              "block to the next, is not there on a chip. Each block loads with ctx.load every input element its "
+              "part of the output is computed from")
+
+
+def _parts_problems(p: specs.Puzzle, result: specs.Result) -> tuple[list[str], str]:
+    """What the run's trace shows against the puzzle's parts: the problems found and the hint for the first."""
+    stats, env = result.stats, p.env(result.shape)
+    trace = stats.trace
+    if trace is None or p.parts is None:
+        return [], ""
+    parts = {part.pid: part for part in p.parts(env)}
+    shapes = p.tensor_shapes(result.shape)
+    numel = {name: int(np.prod(shape)) for name, shape in shapes.items()}
+    owner = np.full(numel[p.output], -1, np.int64)
+    index = {pid: i for i, pid in enumerate(parts)}
+    for pid, part in parts.items():
+        owner[part.out] = index[pid]
+    stores, loaded = [], {}
+    for a in trace.accesses:
+        if a.kind == "store":
+            stores.append(a)
+        elif a.tensor in numel:
+            mask = loaded.setdefault((a.pid, a.tensor), np.zeros(numel[a.tensor], bool))
+            mask[a.flat] = True
+    problems: list[str] = []
+    hints: list[str] = []
+    for a in stores:
+        if a.tensor != p.output:
+            problems.append(f"{_label(a.pid)} stored into {a.tensor}{region(shapes[a.tensor], a.flat)}, an input")
+            hints.append(f"a kernel stores only into {p.output}")
+            break
+    outside: dict[tuple[int, ...], list[np.ndarray]] = {}
+    for a in stores:
+        if a.tensor == p.output:
+            bad = a.flat[owner[a.flat] != index.get(a.pid, -2)]
+            if bad.size:
+                outside.setdefault(a.pid, []).append(bad)
+    for pid, bad_list in list(outside.items())[:2]:
+        bad = np.unique(np.concatenate(bad_list))
+        problems.append(f"{_label(pid)} stored {bad.size} element{'s' if bad.size != 1 else ''} outside its part: "
+                        f"{p.output}{region(shapes[p.output], bad)}")
+        hints.append(_STORE_HINT)
+    writes = stats.writes.get(p.output)
+    if writes is not None and (np.asarray(writes) > 1).any():
+        w = np.asarray(writes)
+        first = int(np.argmax(w > 1))
+        problems.append(f"{int((w > 1).sum())} elements of {p.output} were stored more than once (up to "
+                        f"{int(w.max())} times), e.g. {p.output}{region(shapes[p.output], np.array([first]))}")
+        hints.append(_STORE_HINT)
+    for pid, part in parts.items():
+        for name, need in part.needs.items():
+            have = loaded.get((pid, name))
+            missing = need if have is None else need[~have[need]]
+            if missing.size:
+                problems.append(f"{_label(pid)} never loaded {missing.size} of the {need.size} elements of {name} its "
+                                f"part needs: {name}{region(shapes[name], missing)}")
+                hints.append(_LOAD_HINT)
+                break
+        if len(problems) >= 3:
+            break
+    return problems, (hints[0] if hints else "")
+
+
 def grade_puzzle(t: Tester, p: specs.Puzzle, kernel: Callable[..., None]) -> None:
     """Check ``kernel`` on every public and hidden shape of ``p``: values, then the cost budget."""
     put_back_runner()  # a notebook cell may have changed it before the check
@@ -158,6 +266,18 @@ def grade_puzzle(t: Tester, p: specs.Puzzle, kernel: Callable[..., None]) -> Non
                      hint="a kernel reads device memory only through ctx.load: that is what the cost counts",
                      hidden=hidden)
             continue
+        tampered = _counters_match_trace(result)
+        if tampered:
+            t.expect(f"{p.answer} with {sizes}: bytes counted as loaded and stored", False,
+                     expected="the counters of the run equal the bytes its ctx.load and ctx.store calls moved",
+                     got=tampered, hint="the runner counts every ctx.load and ctx.store: a kernel must not change "
+                                        "the counts (or anything else of ctx but its tiles)", hidden=hidden)
+            continue
+        problems, hint = _parts_problems(p, result)
+        t.expect(f"{p.answer} with {sizes}: each block stores its own part once and loads what it needs",
+                 not problems, expected="stores: only the block's own part of the output, each element once; loads: "
+                                        "every input element the block's part needs, by that block",
+                 got="; ".join(problems) if problems else "as expected", hint=hint, hidden=hidden)
         over = result.stats.bytes > p.budget * result.min_bytes
         got = result.cost_text()
         if over:

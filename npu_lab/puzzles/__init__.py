@@ -11,10 +11,13 @@ results back. The modules, one job each:
 * :mod:`~npu_lab.puzzles.debug` - the trace and the error messages of ``launch(..., debug=True)``;
 * :mod:`~npu_lab.puzzles.cost` - :class:`Stats` and the roofline of the device's cost model;
 * :mod:`~npu_lab.puzzles.draw` - reads per element, which tiles were loaded when, the roofline;
+* :mod:`~npu_lab.puzzles.figures` - matplotlib figures: the roofline with measured kernels, a product's walk;
 * :mod:`~npu_lab.puzzles.specs` - the puzzles: shapes, references, minimum bytes, scratchpad;
+* :mod:`~npu_lab.puzzles.parts` - which part of the output each block computes, and what that part needs;
 * :mod:`~npu_lab.puzzles.references` - what each puzzle computes, as NumPy formulas (the checks' references);
-* :mod:`~npu_lab.puzzles.solutions` - reference solutions;
 * :mod:`~npu_lab.puzzles.bridge` - a finished softmax kernel as the npu kernel of ``aten::_softmax``.
+
+The puzzles' answers are not in the package: you write them in ``exercises/P1_npu_puzzles.ipynb``.
 
 A first kernel::
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -146,47 +145,6 @@ def roofline_svg(stats: Stats, width: int = 320, height: int = 200) -> str:
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="5" fill="#d9480f"/>'
             f'<text x="40" y="14" font-size="11">GFLOP/s vs FLOP/B (log-log); ridge {r.ridge:.3g} FLOP/B</text>'
             f'<text x="{px + 8:.1f}" y="{py + 4:.1f}" font-size="11">{html.escape(stats.name)}</text></svg>')
-
-
-_COLOURS = ("#d9480f", "#1971c2", "#2f9e44", "#ae3ec9", "#f08c00", "#495057")
-
-
-def roofline_many_svg(runs: Sequence[Stats], labels: Sequence[str] | None = None, width: int = 660,
-                      height: int = 240) -> str:
-    """Several runs on the device's roofline (log-log), one coloured dot each, named in a legend on the right."""
-    if not runs:
-        raise ValueError("roofline_many_svg needs at least one run")
-    labels = list(labels) if labels is not None else [s.name for s in runs]
-    plot_w = width - 280
-    r0 = runs[0].roofline()
-    finite = [s.intensity for s in runs if math.isfinite(s.intensity) and s.intensity > 0] or [r0.ridge]
-    lo_i = 2.0 ** math.floor(math.log2(min(min(finite), r0.ridge) / 2))
-    hi_i = 2.0 ** math.ceil(math.log2(max(max(finite), r0.ridge) * 4))
-    lo_p, hi_p = lo_i * r0.bandwidth_gbs / 2, r0.peak_gflops * 2
-
-    def xy(i: float, p: float) -> tuple[float, float]:
-        x = (math.log(i) - math.log(lo_i)) / (math.log(hi_i) - math.log(lo_i)) * (plot_w - 40) + 35
-        y = height - 30 - (math.log(p) - math.log(lo_p)) / (math.log(hi_p) - math.log(lo_p)) * (height - 45)
-        return x, y
-
-    pts = [xy(lo_i, lo_i * r0.bandwidth_gbs), xy(r0.ridge, r0.peak_gflops), xy(hi_i, r0.peak_gflops)]
-    parts = [f'<svg width="{width}" height="{height}" style="border:1px solid #ccc" font-size="11">',
-             f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in pts)}" fill="none" stroke="#333" '
-             'stroke-width="2"/>',
-             '<text x="40" y="14">GFLOP/s on the roof at each kernel\'s intensity (launch left out) '
-             'vs FLOP/byte, log-log</text>',
-             f'<text x="{pts[1][0] + 4:.1f}" y="{pts[1][1] + 16:.1f}">ridge {r0.ridge:.3g} FLOP/B</text>',
-             f'<text x="40" y="{height - 8}">memory-bound: left of the ridge; compute-bound: right of it</text>']
-    for k, (run, label) in enumerate(zip(runs, labels)):
-        r = run.roofline()
-        colour = _COLOURS[k % len(_COLOURS)]
-        px, py = xy(min(max(r.intensity, lo_i), hi_i), max(min(r.attained_gflops, hi_p), lo_p))
-        parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="5" fill="{colour}"/>')
-        ly = 34 + 18 * k
-        parts.append(f'<circle cx="{plot_w + 10}" cy="{ly - 4}" r="5" fill="{colour}"/>'
-                     f'<text x="{plot_w + 20}" y="{ly}">{html.escape(label)} ({r.intensity:.3g} FLOP/B)</text>')
-    parts.append("</svg>")
-    return "".join(parts)
 
 
 def chip_svg(blocks: int = 4, scratchpad: int = 16 * 1024, width: int = 760, height: int = 210) -> str:

@@ -3,10 +3,12 @@
 A :class:`Puzzle` gives the kernel's signature, its grid, the shapes it is checked on (public ones
 and hidden ones, ragged sizes included), a reference computed with NumPy in float64
 (:mod:`~npu_lab.puzzles.references`, never through PyTorch operators a notebook may have replaced),
-the scratchpad capacity of each block, and the *minimum device-memory bytes* for each shape: what a
-kernel on the puzzle's grid must at least move (every input element its blocks need read once
-per block that needs it, every output element written once). A solution passes when its values
-match the reference and it moves at most ``budget`` (1.2) times the minimum.
+the scratchpad capacity of each block, the *minimum device-memory bytes* for each shape (what the
+puzzle's way of computing must at least move, e.g. three passes over ``x`` for the three-pass
+softmax), and the :mod:`~npu_lab.puzzles.parts`: which part of the output each block computes and
+which input elements that part needs. A solution passes when its values match the reference, each
+block stores only its part (every output element once) and loads everything its part needs, and it
+moves at most ``budget`` (1.2) times the minimum.
 
 :func:`run` runs a kernel on one shape and returns its outputs, the reference and the
 :class:`~npu_lab.puzzles.cost.Stats`; the checks (``npu_lab/exercises/puzzles.py``) and the
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import parts as P
 from . import references as R
 from .cost import Stats
 from .model import ITEMSIZE, cdiv, next_power_of_2
@@ -53,6 +56,8 @@ class Puzzle:
         hint: what to look at when the values are wrong.
         cost_hint: what to look at when the kernel moves too many bytes.
         scale: per shape, how to scale the random inputs (``{"x": (scale, shift)}``), e.g. large logits.
+        parts: shape and consts -> each block's :class:`~npu_lab.puzzles.parts.Part` (the output it computes,
+            the input elements that needs).
     """
 
     name: str
@@ -76,6 +81,7 @@ class Puzzle:
     rtol: float = 1e-4
     atol: float = 1e-5
     scale: Callable[[Shape], dict[str, tuple[float, float]]] = field(default=lambda s: {})
+    parts: Callable[[dict[str, Any]], list[P.Part]] | None = None
 
     @property
     def exercise_id(self) -> str:
@@ -188,10 +194,11 @@ _add(Puzzle(
     "map", "Map: add 10 to every element", "map_kernel", ("x", "out", "n", "B"), ("x",), "out",
     lambda s: {"x": (s["n"],), "out": (s["n"],)}, lambda s: {"B": 32}, lambda e: (cdiv(e["n"], e["B"]),),
     reference(R.map_add_ten), lambda e: _fourbytes(2 * e["n"]), 1024,
-    ({"n": 64}, {"n": 128}), ({"n": 96}, {"n": 256}),
+    ({"n": 64}, {"n": 128}), ({"n": 96}, {"n": 256}, {"n": 32}),
     "out[i] = x[i] + 10. Block b handles elements b*B ... b*B+B-1 (n is a multiple of B here).",
     "offsets = ctx.program_id(0) * B + ctx.arange(B); load x there, add 10, store to out there",
-    "load each element of x once and store each element of out once"))
+    "load each element of x once and store each element of out once",
+    parts=lambda e: P.vector(e["n"], e["B"], ("x",))))
 
 _add(Puzzle(
     "zip", "Zip: add two vectors", "zip_kernel", ("x", "y", "out", "n", "B"), ("x", "y"), "out",
@@ -200,7 +207,8 @@ _add(Puzzle(
     ({"n": 64}, {"n": 160}), ({"n": 32}, {"n": 224}),
     "out[i] = x[i] + y[i]; B elements per block (n is a multiple of B).",
     "load a tile of x and a tile of y at the same offsets and store their sum",
-    "each element of x and y is needed once"))
+    "each element of x and y is needed once",
+    parts=lambda e: P.vector(e["n"], e["B"], ("x", "y"))))
 
 _add(Puzzle(
     "outer", "Broadcast: an outer sum", "outer_kernel", ("x", "y", "out", "n", "m", "B0", "B1"), ("x", "y"), "out",
@@ -212,7 +220,9 @@ _add(Puzzle(
     "(p0, p1) computes the B0 x B1 tile at rows p0*B0..., columns p1*B1...; n and m are multiples of the tile.",
     "load B0 elements of x and B1 of y; x_tile[:, None] + y_tile[None, :] is the B0 x B1 tile; its offsets are "
     "rows[:, None] * m + cols[None, :]",
-    "a block needs only B0 elements of x and B1 of y: load those two small tiles once and broadcast them"))
+    "a block needs only B0 elements of x and B1 of y: load those two small tiles once and broadcast them",
+    parts=lambda e: [P.Part(pid, P.box(r, c, e["m"]), {"x": r, "y": c})
+                     for pid, r, c in P.tiles(e["n"], e["m"], e["B0"], e["B1"])]))
 
 _add(Puzzle(
     "relu2d", "Guards: a 2-d ReLU on ragged sizes", "relu2d_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",),
@@ -224,18 +234,21 @@ _add(Puzzle(
     "right and bottom edges hang over the tensor, so their loads and stores need a mask.",
     f"mask = {_ROWS}; a mask that lets a row index >= n through reads past the end of x",
     "read each element once and write it once; masked-out positions move no bytes (a mask on the flat offset "
-    "only, offs < n * m, lets columns >= m through: they read and write the next row's elements a second time)"))
+    "only, offs < n * m, lets columns >= m through: they read and write the next row's elements a second time)",
+    parts=lambda e: [P.Part(pid, P.box(r, c, e["m"]), {"x": P.box(r, c, e["m"])})
+                     for pid, r, c in P.tiles(e["n"], e["m"], e["B0"], e["B1"])]))
 
 _add(Puzzle(
     "rowsum", "Reduction: the sum of each row", "rowsum_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",), "out",
     lambda s: {"x": (s["n"], s["m"]), "out": (s["n"],)}, lambda s: {"B0": 8, "B1": 32},
     lambda e: (cdiv(e["n"], e["B0"]),), reference(R.row_sum),
     lambda e: _fourbytes(e["n"] * e["m"] + e["n"]), 4096,
-    ({"n": 20, "m": 100}, {"n": 8, "m": 32}), ({"n": 13, "m": 257}, {"n": 1, "m": 5}),
-    "out[i] = x[i, 0] + ... + x[i, m-1]. A block owns B0 rows; a row is longer than fits the scratchpad, so "
-    "walk along it B1 columns at a time, adding each tile's row sums into an accumulator.",
+    ({"n": 20, "m": 100}, {"n": 8, "m": 32}), ({"n": 13, "m": 257}, {"n": 1, "m": 5}, {"n": 5, "m": 0}),
+    "out[i] = x[i, 0] + ... + x[i, m-1] (an empty row sums to 0). A block owns B0 rows; a row is longer than "
+    "fits the scratchpad, so walk along it B1 columns at a time, adding each tile's row sums into an accumulator.",
     f"acc = ctx.zeros(B0); for c0 in range(0, m, B1): acc += tile.sum(axis=1); masks: {_ROWS}",
-    "each element of x is read once: one pass along the rows"))
+    "each element of x is read once: one pass along the rows",
+    parts=lambda e: P.whole_rows(e["n"], e["m"], e["B0"], out_width=1)))
 
 _add(Puzzle(
     "cumsum", "Scan: the prefix sum of each row", "cumsum_kernel", ("x", "out", "n", "m", "B0", "B1"), ("x",), "out",
@@ -246,12 +259,17 @@ _add(Puzzle(
     "out[i, j] = x[i, 0] + ... + x[i, j]. Rows are longer than a tile: carry each row's running total from one "
     "column tile to the next (tile.cumsum(axis=1) + carry[:, None]).",
     "within a tile use t.cumsum(axis=1); the carry is the sum of all earlier tiles of the row",
-    "do not re-read earlier tiles to get the carry: keep it in the scratchpad as a running total"))
+    "do not re-read earlier tiles to get the carry: keep it in the scratchpad as a running total",
+    parts=lambda e: P.whole_rows(e["n"], e["m"], e["B0"])))
 
-_SOFTMAX_HIDDEN = ({"n": 9, "m": 257}, {"n": 3, "m": 1}, {"n": 5, "m": 70})
+#: Hidden shapes of both softmaxes: large logits (about 80 +- 30) on two, logits spread over +-600 on the last,
+#: where only the row's true max keeps exp from overflowing.
+_SOFTMAX_HIDDEN = ({"n": 9, "m": 257}, {"n": 3, "m": 1}, {"n": 5, "m": 70}, {"n": 6, "m": 150})
 
 
 def _large_logits(s: Shape) -> dict[str, tuple[float, float]]:
+    if s == {"n": 6, "m": 150}:
+        return {"x": (200.0, 0.0)}
     return {"x": (30.0, 80.0)} if s in ({"n": 9, "m": 257}, {"n": 5, "m": 70}) else {}
 
 
@@ -267,7 +285,7 @@ _add(Puzzle(
     "subtract the row max before exp (large logits overflow float32); load with other=-math.inf so masked "
     "positions add exp(-inf) = 0 to the sum",
     "three passes over x: max, sum, output (not more)",
-    scale=_large_logits))
+    scale=_large_logits, parts=lambda e: P.whole_rows(e["n"], e["m"], e["B0"])))
 
 _add(Puzzle(
     "online_softmax", "Online softmax in two passes", "online_softmax_kernel", ("x", "out", "n", "m", "B0", "B1"),
@@ -280,7 +298,16 @@ _add(Puzzle(
     "output. The minimum is two reads of x and one write.",
     "total = total * exp(old_max - new_max) + exp(t - new_max[:, None]).sum(axis=1); start the max at -inf",
     "the max and the sum must come from the same pass over x (the online trick): two passes in all",
-    scale=_large_logits))
+    scale=_large_logits, parts=lambda e: P.whole_rows(e["n"], e["m"], e["B0"])))
+
+#: Rows of nearly equal values (variance about 1e-6, below eps): where eps, and where it goes, decide the result;
+#: a one-pass variance (mean of squares minus the squared mean) loses it to rounding.
+_FLAT_ROWS = {"n": 12, "m": 48}
+
+
+def _nearly_flat(s: Shape) -> dict[str, tuple[float, float]]:
+    return {"x": (1e-3, 0.5)} if s == _FLAT_ROWS else {}
+
 
 _add(Puzzle(
     "layernorm", "Layer norm, R rows per block", "layernorm_kernel",
@@ -289,13 +316,16 @@ _add(Puzzle(
     lambda s: {"eps": 1e-5, "R": 8, "BM": next_power_of_2(s["m"])}, lambda e: (cdiv(e["n"], e["R"]),),
     reference(R.layer_norm),
     lambda e: _fourbytes(2 * e["n"] * e["m"] + 2 * e["m"]), 32 * 1024,
-    ({"n": 16, "m": 64}, {"n": 40, "m": 100}), ({"n": 9, "m": 33}, {"n": 3, "m": 128}, {"n": 1, "m": 1}),
-    "out[i, :] = (x[i, :] - mean) / sqrt(var + eps) * w + b, mean and (biased) variance over the row. A block "
-    "handles R rows; a row (m <= BM columns) fits the scratchpad whole.",
+    ({"n": 16, "m": 64}, {"n": 40, "m": 100}),
+    ({"n": 9, "m": 33}, {"n": 3, "m": 128}, {"n": 1, "m": 1}, _FLAT_ROWS),
+    "out[i, :] = (x[i, :] - mean) / sqrt(var + eps) * w + b, mean and (biased) variance over the row, eps inside "
+    "the square root (it matters for a row whose values are nearly equal). A block handles R rows; a row "
+    "(m <= BM columns) fits the scratchpad whole.",
     "mean = sum / m over the real columns only; zero the padded columns (ctx.where(mask, t - mean[:, None], 0.0)) "
     "before summing the squares",
     "load w and b once per block, not once per row: R rows share them",
-    rtol=1e-4, atol=1e-4))
+    rtol=1e-4, atol=1e-4, scale=_nearly_flat,
+    parts=lambda e: P.whole_rows(e["n"], e["m"], e["R"], inputs={"w": e["m"], "b": e["m"]})))
 
 _add(Puzzle(
     "matmul", "Matmul: one output tile per block", "matmul_kernel",
@@ -309,7 +339,8 @@ _add(Puzzle(
     "a K x BN strip of b (K <= BK fits whole). The minimum: every block reads its two strips once.",
     "ctx.dot(a_tile, b_tile) multiplies (BM, BK) by (BK, BN); mask K too (ks < K) so padding adds zeros",
     "load each strip once per block and multiply the whole tiles: reloading b for every row of the tile reads "
-    "it BM times"))
+    "it BM times",
+    parts=lambda e: P.matmul(e["M"], e["N"], e["K"], e["BM"], e["BN"])))
 
 _add(Puzzle(
     "matmul_tiled", "Matmul tiled over K, with reuse", "matmul_tiled_kernel",
@@ -318,13 +349,14 @@ _add(Puzzle(
     lambda s: {"BM": 32, "BN": 32, "BK": 16},
     lambda e: (cdiv(e["M"], e["BM"]), cdiv(e["N"], e["BN"])), reference(R.matmul), _mm_min, 24 * 1024,
     ({"M": 64, "N": 64, "K": 128}, {"M": 50, "N": 70, "K": 100}),
-    ({"M": 33, "N": 31, "K": 257}, {"M": 8, "N": 8, "K": 8}),
+    ({"M": 33, "N": 31, "K": 257}, {"M": 8, "N": 8, "K": 8}, {"M": 1, "N": 1, "K": 1}, {"M": 9, "N": 7, "K": 0}),
     "out = a @ b with K too long for the strips to fit the scratchpad: keep a BM x BN accumulator and walk K "
     "in slices of BK, acc += a[rows, k0:k0+BK] @ b[k0:k0+BK, cols]. Bigger output tiles mean fewer re-reads: "
-    "a is read N/BN times, b M/BM times.",
+    "a is read N/BN times, b M/BM times. Any K >= 0 is checked (with K = 0, a @ b is all zeros).",
     "ctx.dot(a_tile, b_tile, acc=acc) adds into acc in place; mask the last K slice (ks < K)",
     "compute the whole BM x BN tile from each pair of slices: splitting it into smaller sub-tiles reloads the "
-    "slices once per sub-tile"))
+    "slices once per sub-tile",
+    parts=lambda e: P.matmul(e["M"], e["N"], e["K"], e["BM"], e["BN"])))
 
 _add(Puzzle(
     "conv1d", "1-d convolution with a halo", "conv1d_kernel", ("x", "w", "out", "n", "k", "B", "BK"), ("x", "w"),
@@ -332,13 +364,15 @@ _add(Puzzle(
     lambda s: {"B": 64, "BK": next_power_of_2(s["k"])}, lambda e: (cdiv(e["n"] - e["k"] + 1, e["B"]),),
     reference(R.conv1d_valid),
     lambda e: _fourbytes(e["n"] + e["k"] + e["n"] - e["k"] + 1), 2048,
-    ({"n": 130, "k": 3}, {"n": 300, "k": 7}), ({"n": 67, "k": 5}, {"n": 5, "k": 5}, {"n": 200, "k": 1}),
+    ({"n": 130, "k": 3}, {"n": 300, "k": 7}),
+    ({"n": 67, "k": 5}, {"n": 5, "k": 5}, {"n": 200, "k": 1}, {"n": 1, "k": 1}),
     "out[i] = x[i] w[0] + x[i+1] w[1] + ... + x[i+k-1] w[k-1] for i < n - k + 1 ('valid' convolution, as "
     "torch's conv1d). Block b computes out[b*B : b*B+B], which needs x[b*B : b*B+B+k-1]: its tile plus a halo "
     "of k-1 elements.",
     "load the tile and its halo once (ctx.arange(B + BK), masked to the B + k - 1 needed and to n); then "
     "acc += xs[j:j + B] * ws[j] for j in range(k)",
-    "load x once per block, halo included, and slice the tile in the scratchpad: k shifted loads read x k times"))
+    "load x once per block, halo included, and slice the tile in the scratchpad: k shifted loads read x k times",
+    parts=lambda e: P.conv1d(e["n"], e["k"], e["B"])))
 
 _add(Puzzle(
     "attention", "Flash attention: online softmax over key tiles", "attention_kernel",
@@ -348,13 +382,16 @@ _add(Puzzle(
     reference(R.attention),
     lambda e: _fourbytes(2 * e["n"] * e["d"] + 2 * e["m"] * e["d"] * cdiv(e["n"], e["BQ"])), 24 * 1024,
     ({"n": 32, "m": 48, "d": 16}, {"n": 20, "m": 70, "d": 8}),
-    ({"n": 5, "m": 130, "d": 32}, {"n": 1, "m": 1, "d": 4}, {"n": 40, "m": 33, "d": 16}, {"n": 3, "m": 400, "d": 8}),
-    "out = softmax(q k^T / sqrt(d)) v, q (n, d), k and v (m, d). A block owns BQ query rows and walks the keys "
-    "BKV at a time, never holding the whole n x m score matrix: s = q_tile @ k_tile.T * scale, then the online "
+    ({"n": 5, "m": 130, "d": 32}, {"n": 1, "m": 1, "d": 4}, {"n": 40, "m": 33, "d": 16}, {"n": 3, "m": 400, "d": 8},
+     {"n": 7, "m": 21, "d": 12}),
+    "out = softmax(q k^T / sqrt(d)) v, q (n, d), k and v (m, d); BD is the smallest power of two >= d, so a row "
+    "of q may be narrower than its tile. A block owns BQ query rows and walks the keys BKV at a time, never "
+    "holding the whole n x m score matrix: s = q_tile @ k_tile.T * scale, then the online "
     "softmax of puzzle 8 on s, with the output accumulator rescaled like the sum.",
     "mask scores of keys >= m to -inf (ctx.where(keys[None, :] < m, s, -math.inf)); "
     "acc = acc * alpha[:, None] + ctx.dot(p, v_tile); divide by the sum at the end",
-    "one pass over k and v per block: the max, the sum and the output accumulate together (online softmax)"))
+    "one pass over k and v per block: the max, the sum and the output accumulate together (online softmax)",
+    parts=lambda e: P.attention(e["n"], e["m"], e["d"], e["BQ"])))
 
 _add(Puzzle(
     "linear_relu", "Matmul with a fused epilogue: relu(a @ b + bias)", "linear_relu_kernel",
@@ -365,12 +402,14 @@ _add(Puzzle(
     reference(R.linear_relu),
     lambda e: _mm_min(e) + _fourbytes(e["N"] * cdiv(e["M"], e["BM"])), 24 * 1024,
     ({"M": 64, "N": 64, "K": 32}, {"M": 50, "N": 40, "K": 20}),
-    ({"M": 33, "N": 65, "K": 48}, {"M": 3, "N": 5, "K": 7}),
+    ({"M": 33, "N": 65, "K": 48}, {"M": 3, "N": 5, "K": 7}, {"M": 5, "N": 40, "K": 0}),
     "out = relu(a @ b + bias[None, :]): the tiled matmul of puzzle 11, with the bias and the ReLU applied to the "
-    "accumulator in the scratchpad before the one store (the epilogue fused into the matmul).",
+    "accumulator in the scratchpad before the one store (the epilogue fused into the matmul). Any K >= 0 is "
+    "checked (with K = 0, every row of out is relu(bias)).",
     "add the bias row (bias_tile[None, :]) before ctx.maximum(acc, 0.0); mask the bias load (cols < N)",
     "apply the bias and ReLU to acc before storing: storing the product and loading it back moves M*N*8 extra "
-    "bytes"))
+    "bytes",
+    parts=lambda e: P.matmul(e["M"], e["N"], e["K"], e["BM"], e["BN"], bias=True)))
 
 
 def puzzle(name: str) -> Puzzle:

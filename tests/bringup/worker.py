@@ -193,7 +193,7 @@ def alternatives(folder: Path) -> dict[str, Any]:
     out["cpp"] = {"status": r.status, "text": str(r)[:3000]}
     failed = bringup.attempt(lambda: torch.relu(torch.ones(2, dtype=torch.float64).to("npu")))
     out["cpp_used"] = "relu: float32 only" in repr(failed)  # the C++ kernel's own check: it is the one that ran
-    from npu_lab.puzzles.solutions import online_softmax_kernel  # a row softmax as a tile kernel (chapter P0)
+    from tests.puzzle_solutions import online_softmax_kernel  # a row softmax as a tile kernel (puzzle 8's answer)
 
     with register_softmax(online_softmax_kernel) as mine:
         r = grade(EXERCISES["b3.attention"], {})

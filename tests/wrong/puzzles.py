@@ -1,8 +1,13 @@
-"""Plausible wrong answers to the NPU puzzles (P1): wrong values, and right values over the cost budget.
+"""Plausible wrong answers to the NPU puzzles (P1): wrong values, right values over the cost budget, and right
+values from a kernel that breaks how the work is split between blocks.
 
 ``WRONG[id]`` lists them all (the exercise tests run each and expect it to fail with a hint);
 ``OVER_BUDGET[id]`` holds the ones whose values are right but which move too many bytes (or need too
-much scratchpad), so the puzzle tests can check that the cost feedback is what fails them.
+much scratchpad), so the puzzle tests can check that the cost feedback is what fails them;
+``RULES[id]`` the ones whose values are right and whose bytes may be within the budget, but where a block
+stores outside its part of the output, stores an element twice, or uses input it never loaded itself
+(kept in Python between blocks): the puzzle tests check that the parts rule is what fails them.
+A kernel may use the other puzzles' kernels by name, as in the notebook.
 """
 
 VALUES: dict[str, list[str]] = {
@@ -61,6 +66,17 @@ VALUES: dict[str, list[str]] = {
         "        offs = rows[:, None] * m + cols[None, :]\n"
         "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
         "        ctx.store(out, offs, ctx.load(x, offs, mask).cumsum(axis=1), mask)",
+        # the carry updated before the store: each tile adds its own sum too
+        "def cumsum_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    carry = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, offs, mask)\n"
+        "        carry += t.sum(axis=1)\n"
+        "        ctx.store(out, offs, t.cumsum(axis=1) + carry[:, None], mask)",
     ],
     "p1.softmax": [
         # no max subtracted: large logits overflow
@@ -76,6 +92,24 @@ VALUES: dict[str, list[str]] = {
         "        offs = rows[:, None] * m + cols[None, :]\n"
         "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
         "        ctx.store(out, offs, ctx.load(x, offs, mask).exp() / total[:, None], mask)",
+        # the max of the first column tile only: right for logits of moderate spread, overflows on a wide one
+        "def softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    cols = ctx.arange(B1)\n"
+        "    mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "    row_max = ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf).max(axis=1)\n"
+        "    total = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf)\n"
+        "        total += (t - row_max[:, None]).exp().sum(axis=1)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, offs, mask, -math.inf)\n"
+        "        ctx.store(out, offs, (t - row_max[:, None]).exp() / total[:, None], mask)",
     ],
     "p1.online_softmax": [
         # forgets to rescale the running sum when the max grows
@@ -89,6 +123,25 @@ VALUES: dict[str, list[str]] = {
         "        t = ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf)\n"
         "        row_max = ctx.maximum(row_max, t.max(axis=1))\n"
         "        total += (t - row_max[:, None]).exp().sum(axis=1)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, offs, mask, -math.inf)\n"
+        "        ctx.store(out, offs, (t - row_max[:, None]).exp() / total[:, None], mask)",
+        # the rescale factor upside down: exp(new_max - old_max)
+        "def online_softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    row_max = ctx.full(B0, -math.inf)\n"
+        "    total = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf)\n"
+        "        new_max = ctx.maximum(row_max, t.max(axis=1))\n"
+        "        total = total * ctx.where(row_max > -math.inf, (new_max - row_max).exp(), 0.0)"
+        " + (t - new_max[:, None]).exp().sum(axis=1)\n"
+        "        row_max = new_max\n"
         "    for c0 in range(0, m, B1):\n"
         "        cols = c0 + ctx.arange(B1)\n"
         "        offs = rows[:, None] * m + cols[None, :]\n"
@@ -109,6 +162,47 @@ VALUES: dict[str, list[str]] = {
         "    ws = ctx.load(w, cols, cols < m)\n"
         "    bs = ctx.load(b, cols, cols < m)\n"
         "    ctx.store(out, offs, xc * rstd[:, None] * ws[None, :] + bs[None, :], mask)",
+        # eps left out: right whenever the variance is far above eps
+        "def layernorm_kernel(ctx, x, w, b, out, n, m, eps, R, BM):\n"
+        "    rows = ctx.program_id(0) * R + ctx.arange(R)\n"
+        "    cols = ctx.arange(BM)\n"
+        "    offs = rows[:, None] * m + cols[None, :]\n"
+        "    mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "    t = ctx.load(x, offs, mask)\n"
+        "    mean = t.sum(axis=1) / m\n"
+        "    xc = ctx.where(mask, t - mean[:, None], 0.0)\n"
+        "    del t\n"
+        "    rstd = 1.0 / ((xc * xc).sum(axis=1) / m).sqrt()\n"
+        "    ws = ctx.load(w, cols, cols < m)\n"
+        "    bs = ctx.load(b, cols, cols < m)\n"
+        "    ctx.store(out, offs, xc * rstd[:, None] * ws[None, :] + bs[None, :], mask)",
+        # eps added outside the square root
+        "def layernorm_kernel(ctx, x, w, b, out, n, m, eps, R, BM):\n"
+        "    rows = ctx.program_id(0) * R + ctx.arange(R)\n"
+        "    cols = ctx.arange(BM)\n"
+        "    offs = rows[:, None] * m + cols[None, :]\n"
+        "    mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "    t = ctx.load(x, offs, mask)\n"
+        "    mean = t.sum(axis=1) / m\n"
+        "    xc = ctx.where(mask, t - mean[:, None], 0.0)\n"
+        "    del t\n"
+        "    rstd = 1.0 / (((xc * xc).sum(axis=1) / m).sqrt() + eps)\n"
+        "    ws = ctx.load(w, cols, cols < m)\n"
+        "    bs = ctx.load(b, cols, cols < m)\n"
+        "    ctx.store(out, offs, xc * rstd[:, None] * ws[None, :] + bs[None, :], mask)",
+        # a one-pass variance, mean of squares minus the squared mean: rounding eats it on rows of nearly equal values
+        "def layernorm_kernel(ctx, x, w, b, out, n, m, eps, R, BM):\n"
+        "    rows = ctx.program_id(0) * R + ctx.arange(R)\n"
+        "    cols = ctx.arange(BM)\n"
+        "    offs = rows[:, None] * m + cols[None, :]\n"
+        "    mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "    t = ctx.load(x, offs, mask)\n"
+        "    mean = t.sum(axis=1) / m\n"
+        "    var = (t * t).sum(axis=1) / m - mean * mean\n"
+        "    rstd = 1.0 / (var + eps).sqrt()\n"
+        "    ws = ctx.load(w, cols, cols < m)\n"
+        "    bs = ctx.load(b, cols, cols < m)\n"
+        "    ctx.store(out, offs, (t - mean[:, None]) * rstd[:, None] * ws[None, :] + bs[None, :], mask)",
     ],
     "p1.matmul": [
         # K not masked: reads past the end of each row of a
@@ -119,6 +213,15 @@ VALUES: dict[str, list[str]] = {
         "    at = ctx.load(a, rows[:, None] * K + ks[None, :], rows[:, None] < M)\n"
         "    bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
         "    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.dot(at, bt), (rows[:, None] < M) &"
+        " (cols[None, :] < N))",
+        # the rows of out addressed with M columns (right only for square products)
+        "def matmul_kernel(ctx, a, b, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    ks = ctx.arange(BK)\n"
+        "    at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "    bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "    ctx.store(out, rows[:, None] * M + cols[None, :], ctx.dot(at, bt), (rows[:, None] < M) &"
         " (cols[None, :] < N))",
     ],
     "p1.matmul_tiled": [
@@ -131,6 +234,17 @@ VALUES: dict[str, list[str]] = {
         "    bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
         "    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.dot(at, bt), (rows[:, None] < M) &"
         " (cols[None, :] < N))",
+        # the accumulator made by the first slice's product: there is none when K is 0
+        "def matmul_tiled_kernel(ctx, a, b, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    acc = None\n"
+        "    for k0 in range(0, K, BK):\n"
+        "        ks = k0 + ctx.arange(BK)\n"
+        "        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "        bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "        acc = ctx.dot(at, bt) if acc is None else ctx.dot(at, bt, acc=acc)\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], acc, (rows[:, None] < M) & (cols[None, :] < N))",
     ],
     "p1.conv1d": [
         # the kernel flipped (a true convolution, not torch's cross-correlation)
@@ -144,6 +258,17 @@ VALUES: dict[str, list[str]] = {
         "        acc += xs[j:j + B] * ws[k - 1 - j]\n"
         "    outs = start + ctx.arange(B)\n"
         "    ctx.store(out, outs, acc, outs < n - k + 1)",
+        # the output mask as the input's (outs < n): the last block writes past the end of out
+        "def conv1d_kernel(ctx, x, w, out, n, k, B, BK):\n"
+        "    start = ctx.program_id(0) * B\n"
+        "    offs = start + ctx.arange(B + BK)\n"
+        "    xs = ctx.load(x, offs, (offs < n) & (offs < start + B + k - 1))\n"
+        "    ws = ctx.load(w, ctx.arange(BK), ctx.arange(BK) < k)\n"
+        "    acc = ctx.zeros(B)\n"
+        "    for j in range(k):\n"
+        "        acc += xs[j:j + B] * ws[j]\n"
+        "    outs = start + ctx.arange(B)\n"
+        "    ctx.store(out, outs, acc, outs < n)",
     ],
     "p1.attention": [
         # forgets the 1/sqrt(d) scale
@@ -168,6 +293,52 @@ VALUES: dict[str, list[str]] = {
         "        row_max = new_max\n"
         "    ctx.store(out, rows[:, None] * d + dims[None, :], acc / total[:, None], (rows[:, None] < n) &"
         " (dims[None, :] < d))",
+        # scaled by 1/sqrt(BD), the tile's width, not 1/sqrt(d): the same whenever d is a power of two
+        "def attention_kernel(ctx, q, k, v, out, n, m, d, BQ, BKV, BD):\n"
+        "    rows = ctx.program_id(0) * BQ + ctx.arange(BQ)\n"
+        "    dims = ctx.arange(BD)\n"
+        "    qt = ctx.load(q, rows[:, None] * d + dims[None, :], (rows[:, None] < n) & (dims[None, :] < d))\n"
+        "    scale = 1.0 / math.sqrt(BD)\n"
+        "    row_max = ctx.full(BQ, -math.inf)\n"
+        "    total = ctx.zeros(BQ)\n"
+        "    acc = ctx.zeros((BQ, BD))\n"
+        "    for k0 in range(0, m, BKV):\n"
+        "        keys = k0 + ctx.arange(BKV)\n"
+        "        kv_mask = (keys[:, None] < m) & (dims[None, :] < d)\n"
+        "        kt = ctx.load(k, keys[:, None] * d + dims[None, :], kv_mask)\n"
+        "        s = ctx.where(keys[None, :] < m, ctx.dot(qt, kt.T) * scale, -math.inf)\n"
+        "        new_max = ctx.maximum(row_max, s.max(axis=1))\n"
+        "        alpha = (row_max - new_max).exp()\n"
+        "        p = (s - new_max[:, None]).exp()\n"
+        "        total = total * alpha + p.sum(axis=1)\n"
+        "        vt = ctx.load(v, keys[:, None] * d + dims[None, :], kv_mask)\n"
+        "        acc = acc * alpha[:, None] + ctx.dot(p, vt)\n"
+        "        row_max = new_max\n"
+        "    ctx.store(out, rows[:, None] * d + dims[None, :], acc / total[:, None], (rows[:, None] < n) &"
+        " (dims[None, :] < d))",
+        # no mask on the columns d..BD of q, k and v (only on the rows): fine while d is a power of two
+        "def attention_kernel(ctx, q, k, v, out, n, m, d, BQ, BKV, BD):\n"
+        "    rows = ctx.program_id(0) * BQ + ctx.arange(BQ)\n"
+        "    dims = ctx.arange(BD)\n"
+        "    qt = ctx.load(q, rows[:, None] * d + dims[None, :], rows[:, None] < n)\n"
+        "    scale = 1.0 / math.sqrt(d)\n"
+        "    row_max = ctx.full(BQ, -math.inf)\n"
+        "    total = ctx.zeros(BQ)\n"
+        "    acc = ctx.zeros((BQ, BD))\n"
+        "    for k0 in range(0, m, BKV):\n"
+        "        keys = k0 + ctx.arange(BKV)\n"
+        "        kv_mask = keys[:, None] < m\n"
+        "        kt = ctx.load(k, keys[:, None] * d + dims[None, :], kv_mask)\n"
+        "        s = ctx.where(keys[None, :] < m, ctx.dot(qt, kt.T) * scale, -math.inf)\n"
+        "        new_max = ctx.maximum(row_max, s.max(axis=1))\n"
+        "        alpha = (row_max - new_max).exp()\n"
+        "        p = (s - new_max[:, None]).exp()\n"
+        "        total = total * alpha + p.sum(axis=1)\n"
+        "        vt = ctx.load(v, keys[:, None] * d + dims[None, :], kv_mask)\n"
+        "        acc = acc * alpha[:, None] + ctx.dot(p, vt)\n"
+        "        row_max = new_max\n"
+        "    ctx.store(out, rows[:, None] * d + dims[None, :], acc / total[:, None], (rows[:, None] < n) &"
+        " (dims[None, :] < d))",
     ],
     "p1.linear_relu": [
         # the ReLU before the bias
@@ -182,6 +353,31 @@ VALUES: dict[str, list[str]] = {
         "        ctx.dot(at, bt, acc=acc)\n"
         "    res = ctx.maximum(acc, 0.0) + ctx.load(bias, cols, cols < N)[None, :]\n"
         "    ctx.store(out, rows[:, None] * N + cols[None, :], res, (rows[:, None] < M) & (cols[None, :] < N))",
+        # the epilogue inside the K loop, applied to every partial sum
+        "def linear_relu_kernel(ctx, a, b, bias, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    bias_row = ctx.load(bias, cols, cols < N)\n"
+        "    acc = ctx.zeros((BM, BN))\n"
+        "    for k0 in range(0, K, BK):\n"
+        "        ks = k0 + ctx.arange(BK)\n"
+        "        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "        bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "        acc = ctx.maximum(ctx.dot(at, bt, acc=acc) + bias_row[None, :], 0.0)\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], acc, (rows[:, None] < M) & (cols[None, :] < N))",
+        # the accumulator made by the first slice's product: with K = 0 there is none to add the bias to
+        "def linear_relu_kernel(ctx, a, b, bias, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    acc = None\n"
+        "    for k0 in range(0, K, BK):\n"
+        "        ks = k0 + ctx.arange(BK)\n"
+        "        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "        bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "        acc = ctx.dot(at, bt) if acc is None else ctx.dot(at, bt, acc=acc)\n"
+        "    acc += ctx.load(bias, cols, cols < N)[None, :]\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.maximum(acc, 0.0), (rows[:, None] < M) &"
+        " (cols[None, :] < N))",
     ],
 }
 
@@ -285,7 +481,29 @@ OVER_BUDGET: dict[str, list[str]] = {
     ],
     "p1.online_softmax": [
         # the three-pass softmax: right values, one pass too many
-        "from npu_lab.puzzles.solutions import softmax_kernel as online_softmax_kernel",
+        "def online_softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    row_max = ctx.full(B0, -math.inf)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        row_max = ctx.maximum(row_max, ctx.load(x, rows[:, None] * m + cols[None, :], mask,"
+        " -math.inf).max(axis=1))\n"
+        "    total = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        total += (ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf) - row_max[:,"
+        " None]).exp().sum(axis=1)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        t = ctx.load(x, offs, mask, -math.inf)\n"
+        "        ctx.store(out, offs, (t - row_max[:, None]).exp() / total[:, None], mask)",
+        # the three-pass kernel of puzzle 7, called by name
+        "def online_softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    softmax_kernel(ctx, x, out, n, m, B0, B1)",
     ],
     "p1.layernorm": [
         # one row at a time: w and b loaded for every row
@@ -396,4 +614,233 @@ OVER_BUDGET: dict[str, list[str]] = {
     ],
 }
 
-WRONG: dict[str, list[str]] = {k: VALUES.get(k, []) + OVER_BUDGET.get(k, []) for k in {*VALUES, *OVER_BUDGET}}
+RULES: dict[str, list[str]] = {
+    "p1.map": [
+        # block b takes every G-th element from b on (G blocks), not its B consecutive ones
+        "def map_kernel(ctx, x, out, n, B):\n"
+        "    offs = ctx.program_id(0) + ctx.arange(B) * ctx.num_programs(0)\n"
+        "    ctx.store(out, offs, ctx.load(x, offs) + 10.0)",
+    ],
+    "p1.zip": [
+        # block 0 walks the whole vector; the other blocks do nothing
+        "def zip_kernel(ctx, x, y, out, n, B):\n"
+        "    if ctx.program_id(0) == 0:\n"
+        "        for s in range(0, n, B):\n"
+        "            offs = s + ctx.arange(B)\n"
+        "            ctx.store(out, offs, ctx.load(x, offs) + ctx.load(y, offs))",
+    ],
+    "p1.outer": [
+        # the blocks of the first column compute whole rows of out; the others do nothing
+        "def outer_kernel(ctx, x, y, out, n, m, B0, B1):\n"
+        "    if ctx.program_id(1) > 0:\n"
+        "        return\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    xs = ctx.load(x, rows)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        ctx.store(out, rows[:, None] * m + cols[None, :], xs[:, None] + ctx.load(y, cols)[None, :])",
+    ],
+    "p1.relu2d": [
+        # the right mask for the load, the flat offset for the store: columns >= m land on the next row's elements
+        "def relu2d_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    cols = ctx.program_id(1) * B1 + ctx.arange(B1)\n"
+        "    offs = rows[:, None] * m + cols[None, :]\n"
+        "    t = ctx.load(x, offs, (rows[:, None] < n) & (cols[None, :] < m))\n"
+        "    ctx.store(out, offs, ctx.maximum(t, 0.0), offs < n * m)",
+    ],
+    "p1.rowsum": [
+        # the store inside the loop: every partial sum is stored, the last one stays
+        "def rowsum_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    acc = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        acc += ctx.load(x, rows[:, None] * m + cols[None, :], mask).sum(axis=1)\n"
+        "        ctx.store(out, rows, acc, rows < n)\n"
+        "    if m == 0:\n"
+        "        ctx.store(out, rows, acc, rows < n)",
+    ],
+    "p1.cumsum": [
+        # block 0 walks every group of rows; the other blocks do nothing
+        "def cumsum_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    if ctx.program_id(0) > 0:\n"
+        "        return\n"
+        "    for r0 in range(0, n, B0):\n"
+        "        rows = r0 + ctx.arange(B0)\n"
+        "        carry = ctx.zeros(B0)\n"
+        "        for c0 in range(0, m, B1):\n"
+        "            cols = c0 + ctx.arange(B1)\n"
+        "            offs = rows[:, None] * m + cols[None, :]\n"
+        "            mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "            t = ctx.load(x, offs, mask)\n"
+        "            ctx.store(out, offs, t.cumsum(axis=1) + carry[:, None], mask)\n"
+        "            carry += t.sum(axis=1)",
+    ],
+    "p1.softmax": [
+        # exp(x - max) stored in the second pass as well, then overwritten by the third
+        "def softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    rows = ctx.program_id(0) * B0 + ctx.arange(B0)\n"
+        "    row_max = ctx.full(B0, -math.inf)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        row_max = ctx.maximum(row_max, ctx.load(x, rows[:, None] * m + cols[None, :], mask,"
+        " -math.inf).max(axis=1))\n"
+        "    total = ctx.zeros(B0)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        e = (ctx.load(x, offs, mask, -math.inf) - row_max[:, None]).exp()\n"
+        "        ctx.store(out, offs, e, mask)\n"
+        "        total += e.sum(axis=1)\n"
+        "    for c0 in range(0, m, B1):\n"
+        "        cols = c0 + ctx.arange(B1)\n"
+        "        offs = rows[:, None] * m + cols[None, :]\n"
+        "        mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "        ctx.store(out, offs, (ctx.load(x, offs, mask, -math.inf) - row_max[:, None]).exp() / total[:, None],"
+        " mask)",
+    ],
+    "p1.online_softmax": [
+        # block 0 walks every group of rows; the other blocks do nothing
+        "def online_softmax_kernel(ctx, x, out, n, m, B0, B1):\n"
+        "    if ctx.program_id(0) > 0:\n"
+        "        return\n"
+        "    for r0 in range(0, n, B0):\n"
+        "        rows = r0 + ctx.arange(B0)\n"
+        "        row_max = ctx.full(B0, -math.inf)\n"
+        "        total = ctx.zeros(B0)\n"
+        "        for c0 in range(0, m, B1):\n"
+        "            cols = c0 + ctx.arange(B1)\n"
+        "            mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "            t = ctx.load(x, rows[:, None] * m + cols[None, :], mask, -math.inf)\n"
+        "            new_max = ctx.maximum(row_max, t.max(axis=1))\n"
+        "            total = total * (row_max - new_max).exp() + (t - new_max[:, None]).exp().sum(axis=1)\n"
+        "            row_max = new_max\n"
+        "        for c0 in range(0, m, B1):\n"
+        "            cols = c0 + ctx.arange(B1)\n"
+        "            offs = rows[:, None] * m + cols[None, :]\n"
+        "            mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "            t = ctx.load(x, offs, mask, -math.inf)\n"
+        "            ctx.store(out, offs, (t - row_max[:, None]).exp() / total[:, None], mask)",
+    ],
+    "p1.layernorm": [
+        # w and b loaded by the first block only and kept in Python for the others ("load them once")
+        "_kept = {}\n"
+        "def layernorm_kernel(ctx, x, w, b, out, n, m, eps, R, BM):\n"
+        "    rows = ctx.program_id(0) * R + ctx.arange(R)\n"
+        "    cols = ctx.arange(BM)\n"
+        "    offs = rows[:, None] * m + cols[None, :]\n"
+        "    mask = (rows[:, None] < n) & (cols[None, :] < m)\n"
+        "    t = ctx.load(x, offs, mask)\n"
+        "    mean = t.sum(axis=1) / m\n"
+        "    xc = ctx.where(mask, t - mean[:, None], 0.0)\n"
+        "    del t\n"
+        "    rstd = 1.0 / ((xc * xc).sum(axis=1) / m + eps).sqrt()\n"
+        "    if id(w) not in _kept:\n"
+        "        _kept.clear()\n"
+        "        _kept[id(w)] = (ctx.load(w, cols, cols < m), ctx.load(b, cols, cols < m))\n"
+        "    ws, bs = _kept[id(w)]\n"
+        "    ctx.store(out, offs, xc * rstd[:, None] * ws[None, :] + bs[None, :], mask)",
+    ],
+    "p1.matmul": [
+        # the strip of b kept in Python for the next block of the same column
+        "_kept = {}\n"
+        "def matmul_kernel(ctx, a, b, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    ks = ctx.arange(BK)\n"
+        "    at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "    key = (id(b), ctx.program_id(1))\n"
+        "    if key not in _kept:\n"
+        "        _kept[key] = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.dot(at, _kept[key]), (rows[:, None] < M) &"
+        " (cols[None, :] < N))",
+    ],
+    "p1.matmul_tiled": [
+        # the slices of b kept in Python for the next block of the same column: b read once in all
+        "_kept = {}\n"
+        "def matmul_tiled_kernel(ctx, a, b, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    acc = ctx.zeros((BM, BN))\n"
+        "    for k0 in range(0, K, BK):\n"
+        "        ks = k0 + ctx.arange(BK)\n"
+        "        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "        key = (id(b), ctx.program_id(1), k0)\n"
+        "        if key not in _kept:\n"
+        "            _kept[key] = ctx.load(b, ks[:, None] * N + cols[None, :],\n"
+        "                                  (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "        ctx.dot(at, _kept[key], acc=acc)\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], acc, (rows[:, None] < M) & (cols[None, :] < N))",
+    ],
+    "p1.conv1d": [
+        # w loaded by the first block only and kept in Python for the others
+        "_kept = {}\n"
+        "def conv1d_kernel(ctx, x, w, out, n, k, B, BK):\n"
+        "    start = ctx.program_id(0) * B\n"
+        "    offs = start + ctx.arange(B + BK)\n"
+        "    xs = ctx.load(x, offs, (offs < n) & (offs < start + B + k - 1))\n"
+        "    if id(w) not in _kept:\n"
+        "        _kept.clear()\n"
+        "        _kept[id(w)] = ctx.load(w, ctx.arange(BK), ctx.arange(BK) < k)\n"
+        "    ws = _kept[id(w)]\n"
+        "    acc = ctx.zeros(B)\n"
+        "    for j in range(k):\n"
+        "        acc += xs[j:j + B] * ws[j]\n"
+        "    outs = start + ctx.arange(B)\n"
+        "    ctx.store(out, outs, acc, outs < n - k + 1)",
+    ],
+    "p1.attention": [
+        # the tiles of k and v kept in Python after the first block loaded them: every block needs them all
+        "_kept = {}\n"
+        "def attention_kernel(ctx, q, k, v, out, n, m, d, BQ, BKV, BD):\n"
+        "    rows = ctx.program_id(0) * BQ + ctx.arange(BQ)\n"
+        "    dims = ctx.arange(BD)\n"
+        "    qt = ctx.load(q, rows[:, None] * d + dims[None, :], (rows[:, None] < n) & (dims[None, :] < d))\n"
+        "    row_max = ctx.full(BQ, -math.inf)\n"
+        "    total = ctx.zeros(BQ)\n"
+        "    acc = ctx.zeros((BQ, BD))\n"
+        "    scale = 1.0 / math.sqrt(d)\n"
+        "    for k0 in range(0, m, BKV):\n"
+        "        keys = k0 + ctx.arange(BKV)\n"
+        "        kv_mask = (keys[:, None] < m) & (dims[None, :] < d)\n"
+        "        if (id(k), k0) not in _kept:\n"
+        "            _kept[(id(k), k0)] = (ctx.load(k, keys[:, None] * d + dims[None, :], kv_mask),\n"
+        "                                  ctx.load(v, keys[:, None] * d + dims[None, :], kv_mask))\n"
+        "        kt, vt = _kept[(id(k), k0)]\n"
+        "        s = ctx.where(keys[None, :] < m, ctx.dot(qt, kt.T) * scale, -math.inf)\n"
+        "        new_max = ctx.maximum(row_max, s.max(axis=1))\n"
+        "        alpha = (row_max - new_max).exp()\n"
+        "        p = (s - new_max[:, None]).exp()\n"
+        "        total = total * alpha + p.sum(axis=1)\n"
+        "        acc = acc * alpha[:, None] + ctx.dot(p, vt)\n"
+        "        row_max = new_max\n"
+        "    ctx.store(out, rows[:, None] * d + dims[None, :], acc / total[:, None], (rows[:, None] < n) &"
+        " (dims[None, :] < d))",
+    ],
+    "p1.linear_relu": [
+        # the bias row kept in Python for the next block of the same column
+        "_kept = {}\n"
+        "def linear_relu_kernel(ctx, a, b, bias, out, M, N, K, BM, BN, BK):\n"
+        "    rows = ctx.program_id(0) * BM + ctx.arange(BM)\n"
+        "    cols = ctx.program_id(1) * BN + ctx.arange(BN)\n"
+        "    acc = ctx.zeros((BM, BN))\n"
+        "    for k0 in range(0, K, BK):\n"
+        "        ks = k0 + ctx.arange(BK)\n"
+        "        at = ctx.load(a, rows[:, None] * K + ks[None, :], (rows[:, None] < M) & (ks[None, :] < K))\n"
+        "        bt = ctx.load(b, ks[:, None] * N + cols[None, :], (ks[:, None] < K) & (cols[None, :] < N))\n"
+        "        ctx.dot(at, bt, acc=acc)\n"
+        "    key = (id(bias), ctx.program_id(1))\n"
+        "    if key not in _kept:\n"
+        "        _kept[key] = ctx.load(bias, cols, cols < N)\n"
+        "    acc += _kept[key][None, :]\n"
+        "    ctx.store(out, rows[:, None] * N + cols[None, :], ctx.maximum(acc, 0.0), (rows[:, None] < M) &"
+        " (cols[None, :] < N))",
+    ],
+}
+
+WRONG: dict[str, list[str]] = {k: VALUES.get(k, []) + OVER_BUDGET.get(k, []) + RULES.get(k, [])
+                               for k in {*VALUES, *OVER_BUDGET, *RULES}}

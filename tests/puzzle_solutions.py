@@ -1,7 +1,10 @@
-"""Reference solutions of the NPU puzzles (one kernel per puzzle, each within its budget).
+"""The tests' copy of the NPU puzzles' reference solutions (one kernel per puzzle, each within its budget).
 
-The puzzle notebook's solution version holds the same kernels; the tests check that every one
-passes its puzzle's values and cost budget.
+The answers live in ``solutions/P1_npu_puzzles.ipynb`` (between ``### BEGIN SOLUTION`` and
+``### END SOLUTION``); this copy is for the tests that need a finished kernel (tests/test_puzzles.py,
+the bring-up track's tile-kernel softmax in tests/bringup/worker.py). Nothing under ``npu_lab/`` may
+hold these answers (tests/test_no_leaked_answers.py), and tests/test_puzzles.py checks that this copy
+is the notebook's, kernel for kernel.
 """
 
 from __future__ import annotations
