@@ -66,3 +66,21 @@ def test_disable_allow_in_graph_nonstrict_trace(wrap, graphs, opaque, capsys):
 def test_split_rejects_non_functions():
     with pytest.raises(TypeError):
         split(3)
+
+
+def noisy(x):
+    y = x.sin() * 2
+    print("noisy")
+    bound = y.std().item()
+    return y.clamp(max=bound) + 1
+
+
+def test_each_break_names_the_frame_dynamo_compiled(capsys):
+    """After the first break the rest runs in a resume function named after that break's line; the next break
+    happens there (explain's own records call that frame by the function's name)."""
+    s = split(noisy, torch.randn(16, device="npu"))
+    first = inspect.getsourcelines(noisy)[1]
+    assert [b.lineno for b in s.breaks] == [first + 2, first + 3]
+    assert s.breaks[0].frame == "noisy"
+    assert s.breaks[1].frame == f"torch_dynamo_resume_in_noisy_at_{first + 2}"
+    assert len(s.graphs) == 3

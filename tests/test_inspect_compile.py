@@ -146,3 +146,39 @@ def test_shape_guards_are_grouped_apart_from_global_state():
     assert "2 <= L['x'].size()[0]" in shapes  # 0/1 specialization, a guard on x's size
     assert not any("L[" in g.code for g in groups["global state"])
     assert "size=[None, 8]" in next(g.code for g in groups["L['x']"] if g.kind == "TENSOR_MATCH")
+
+
+SCALE = 1.5
+
+
+def _helper_sin(t):
+    return t.sin()
+
+
+def _baked(x, n):
+    y = _helper_sin(x) * n
+    return y.relu() + SCALE + 2
+
+
+def test_drawing_shows_the_baked_constants_and_the_guards_that_pin_them():
+    r = dynamo.explain(_baked, torch.randn(4, 8, device="npu"), 3)
+    dot = r.draw(0).dot
+    assert 'label="3\\nconstant"' in dot and "guard: L['n'] == 3" in dot
+    assert 'label="1.5\\nconstant"' in dot and "guard: G['SCALE'] == 1.5" in dot
+    assert 'label="2\\nconstant\\n(a literal in the code)"' in dot  # no guard mentions the literal 2
+    assert "guard: L['x']: float32 on npu, size=[4, 8]" in dot
+    assert "G['_helper_sin'].__code__ (its code is inlined here)" in dot
+    assert "guard:" not in r.draw(0, guards=False).dot
+
+
+def test_graph_call_offsets_follow_the_value_stack():
+    import dis
+
+    r = dynamo.explain(_baked, torch.randn(4, 8, device="npu"), 3)
+    code = r.transformed_code[0]
+    load, call = dynamo.graph_call_offsets(code)
+    by_offset = {i.offset: i for i in dis.get_instructions(code)}
+    assert by_offset[load].opname == "LOAD_GLOBAL" and str(by_offset[load].argval).startswith("__compiled_fn")
+    assert by_offset[call].opname == "CALL" and call > load
+    later_calls = [o for o, i in by_offset.items() if i.opname == "CALL" and load < o < call]
+    assert later_calls  # the profiler marker's calls in between are not the graph's call

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester
 from ..inspect.dynamo import Guard, parse_guards
@@ -42,7 +43,34 @@ chapter("ch5", "TorchDynamo: bytecode capture, guards and graph breaks", [
     "mark_dynamic makes a dimension symbolic from the first call; sizes 0 and 1 stay specialized",
     "A graph break (.item(), print, an if on a tensor's value) splits the function into several graphs",
     "torch._dynamo.explain and fullgraph=True find graph breaks; tensor operations such as torch.where remove them",
+    "A guard_filter_fn chooses which guards Dynamo installs; a dropped guard is never checked again",
 ])
+
+# Predict, then run (the chapter's questions; the cells measure the answers)
+question("ch5.failing_guards",
+         "f was compiled on x (4, 8) float32 on npu and n = 3. Of the five calls (new values, same shape; x of shape "
+         "(6, 8); x in float64; x.t().t(); n = 4), how many fail a guard?",
+         why="a tensor guard checks dtype, device, size and stride, not values, and x.t().t() has x's shape and "
+             "strides; n is a constant in the graph, so n = 4 fails its EQUALS_MATCH: (6, 8), float64 and n = 4 fail",
+         choices=(0, 1, 2, 3, 4, 5))
+question("ch5.dropped_guard",
+         "f is compiled with a guard_filter_fn that drops the guard on the global SCALE, then SCALE changes from "
+         "1.5 to 2.5. Is the compiled f's answer still right (True or False)?",
+         why="1.5 is a constant inside the graph; the guard was the only thing that would have noticed the new "
+             "value, so the old graph runs and adds 1.5",
+         choices=(True, False))
+question("ch5.automatic_graphs",
+         "layer is compiled with the default (automatic dynamic) policy and called on batch sizes 4, 8, 3, 16, 5, "
+         "12, 7, 9, 6, 10, 11, 13 and then 1. How many graphs does Dynamo compile in all?",
+         why="a static graph for 4, a graph with a symbolic batch size at the second size (8) that serves every "
+             "other size >= 2, and one more for 1: sizes 0 and 1 are specialized",
+         choices=tuple(range(1, 14)))
+question("ch5.noisy_graphs",
+         "noisy_clip has a print, a .item() and an if on a tensor: three graph breaks. How many graphs does "
+         "Dynamo compile from it?",
+         why="each break ends the graph before it and the rest runs in a resume function that Dynamo compiles "
+             "again: 3 breaks cut the function into 4 pieces, each with tensor operations",
+         choices=tuple(range(1, 8)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,7 +217,7 @@ class RecompileCase:
 
 
 def recompile_cases() -> list[RecompileCase]:
-    """The cases of ``ch5.predict_recompiles`` (the first two are shown in the notebook)."""
+    """The public cases of ``ch5.predict_recompiles`` (the notebook shows them; the check adds hidden ones)."""
     return [
         RecompileCase("scale_rows, first called on x (4, 8) float32 on npu, n=2, mode='sum'", scale_rows,
                       lambda: {"x": _npu(4, 8), "n": 2, "mode": "sum"}, [
@@ -204,6 +232,8 @@ def recompile_cases() -> list[RecompileCase]:
                           ("x = y[:4] for a (10, 8) y: a view with the same strides",
                            lambda: {"x": _npu(10, 8, seed=1)[:4], "n": 2, "mode": "sum"}),
                           ("x on the cpu", lambda: {"x": randn(4, 8, seed=1), "n": 2, "mode": "sum"}),
+                          ("x of shape (4, 8, 1): one more dimension",
+                           lambda: {"x": _npu(4, 8, 1, seed=1), "n": 2, "mode": "sum"}),
                           ("n = 3", lambda: {"x": _npu(4, 8, seed=1), "n": 3, "mode": "sum"}),
                           ("mode = 'max'", lambda: {"x": _npu(4, 8, seed=1), "n": 2, "mode": "max"}),
                       ]),
@@ -215,6 +245,12 @@ def recompile_cases() -> list[RecompileCase]:
                           ("t = 2.0", lambda: {"x": _npu(4, 16, seed=1), "t": 2.0}),
                           ("x of shape (7, 16), t = 0.5", lambda: {"x": _npu(7, 16, seed=1), "t": 0.5}),
                       ]),
+    ]
+
+
+def _hidden_recompile_cases() -> list[RecompileCase]:
+    """The hidden cases of ``ch5.predict_recompiles`` (graded, never shown)."""
+    return [
         RecompileCase("x[:, :k] * 2, clamped if clip; note unused; first x (3, 6), k=4, clip=True, note='a'",
                       _first_k, lambda: {"x": _npu(3, 6), "k": 4, "clip": True, "note": "a"}, [
                           ("note = 'b'", lambda: {"x": _npu(3, 6, seed=1), "k": 4, "clip": True, "note": "b"}),
@@ -224,6 +260,10 @@ def recompile_cases() -> list[RecompileCase]:
                           ("x in float64", lambda: {"x": _npu(3, 6, seed=1, dtype=torch.float64), "k": 4,
                                                     "clip": True, "note": "a"}),
                           ("new values", lambda: {"x": _npu(3, 6, seed=2), "k": 4, "clip": True, "note": "a"}),
+                          ("x of shape (3, 6, 1)", lambda: {"x": _npu(3, 6, 1, seed=1), "k": 4, "clip": True,
+                                                            "note": "a"}),
+                          ("x of shape (3, 6) transposed from a (6, 3) tensor",
+                           lambda: {"x": _npu(6, 3, seed=1).t(), "k": 4, "clip": True, "note": "a"}),
                       ], hidden=True),
     ]
 
@@ -255,7 +295,7 @@ class CountingBackend:
         return run
 
 
-def measure_recompiles(case: RecompileCase) -> list[bool]:
+def _measure_recompiles(case: RecompileCase) -> list[bool]:
     """For each candidate: compile ``case.fn`` afresh on the first arguments, call it on the candidate,
     and say whether Dynamo compiled again (measured with :class:`CountingBackend`)."""
     out = []
@@ -275,7 +315,7 @@ _MEASURED: dict[str, list[bool]] = {}
 
 def _measured(case: RecompileCase) -> list[bool]:
     if case.description not in _MEASURED:
-        _MEASURED[case.description] = measure_recompiles(case)
+        _MEASURED[case.description] = _measure_recompiles(case)
     return _MEASURED[case.description]
 
 
@@ -296,8 +336,9 @@ def _predictions_ok(got: Any, expected: list[bool], names: list[str]) -> tuple[b
 def _predict_recompiles(t: Tester, predict_recompiles) -> None:
     hint = ("a candidate recompiles when any guard on the arguments fails: compare a tensor with its "
             "TENSOR_MATCH (dtype, device, requires_grad, size and stride; None matches any value) and evaluate "
-            "the other guards' code with eval(g.code, {'L': candidate}); skip the 'global state' group")
-    for case in recompile_cases():
+            "the other guards' code with eval(g.code, {'L': candidate}); skip the 'global state' group; a tensor "
+            "with more or fewer dimensions than the guard's size list fails it")
+    for case in [*recompile_cases(), *_hidden_recompile_cases()]:
         guards = read_guards(case.fn, **case.first())
         names = [n for n, _ in case.candidates]
         expected = _measured(case)
@@ -306,7 +347,8 @@ def _predict_recompiles(t: Tester, predict_recompiles) -> None:
                predict_recompiles, guards, candidates, expected=expected, hidden=case.hidden,
                hint=hint if not case.hidden else (
                    "an argument nobody reads has no guard at all; a bool has its own TRUE_MATCH/FALSE_MATCH "
-                   "guard; an int used to slice is specialized like any other int"),
+                   "guard; an int used to slice is specialized like any other int; a tensor with another number of "
+                   "dimensions fails its TENSOR_MATCH"),
                check=lambda got, e=expected, n=names: _predictions_ok(got, e, n))
 
 
@@ -331,6 +373,12 @@ def _gate_inputs() -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
             w = -w
         cases.append((f"{desc}, positive mean: the relu side", x, w, hidden))
         cases.append((f"{desc}, negative mean: the tanh side", x, -w, hidden))
+    # small integers, and rows that cancel: the mean after the projection is exactly 0 (gated_norm: the tanh side)
+    g = torch.Generator().manual_seed(7)
+    rows = torch.randint(-3, 4, (2, 8), generator=g).float()
+    w0 = torch.randint(-2, 3, (8, 3), generator=g).float()
+    cases.append(("x (4, 8), w (8, 3), a mean of exactly 0: the tanh side", torch.cat([rows, -rows]).to("npu"),
+                  w0.to("npu"), True))
     return cases
 
 
@@ -344,12 +392,13 @@ def _remove_graph_break(t: Tester, gated_norm_fixed) -> None:
     _warm_formatting(references)
     for (desc, x, w, hidden), want in zip(inputs, references):
         side = "relu" if "relu" in desc else "tanh"
+        about = ("" if not hidden else " (this input's mean is exactly 0, and gated_norm's `if h.mean() > 0` "
+                 "then takes the tanh side)" if "exactly 0" in desc else
+                 f" (this input has other shapes, x (16, 5) and w (5, 3), and takes the {side} side)")
         t.case(f"gated_norm_fixed({desc}) on npu, called directly", gated_norm_fixed, x, w,
                expected=want, hidden=hidden,
                hint="keep every step of gated_norm: divide by the largest magnitude, then relu where the mean is "
-                    "positive and tanh otherwise" + (
-                        f" (this input has other shapes, x (16, 5) and w (5, 3), and takes the {side} side)"
-                        if hidden else ""))
+                    "positive and tanh otherwise" + about)
     x, w = inputs[0][1], inputs[0][2]
     outcome = t.call(graph_breaks, gated_norm_fixed, x, w)
     if not outcome.ok:
@@ -362,8 +411,9 @@ def _remove_graph_break(t: Tester, gated_norm_fixed) -> None:
                  hint=".item() turns a tensor into a Python number (keep it a tensor); an `if` on a tensor needs its "
                       "value (compute both sides and pick with torch.where); print is a side effect (drop it)")
     for group_hidden in (False, True):
-        group = [(d, x, w) for d, x, w, h in inputs if h == group_hidden]
-        want = [r for (_, _, _, h), r in zip(inputs, references) if h == group_hidden]
+        # the two sides of one shape (the mean-of-0 input, of another shape, is graded called directly)
+        group = [(d, x, w) for d, x, w, h in inputs if h == group_hidden and "exactly 0" not in d]
+        want = [r for (d, _, _, h), r in zip(inputs, references) if h == group_hidden and "exactly 0" not in d]
         torch._dynamo.reset()
         counter = CountingBackend("npu")
 
@@ -415,13 +465,39 @@ def compile_once_cases() -> list[tuple[str, Callable[..., Any], Callable[[], lis
         ("relu(x * k + bias * alpha) regrouped as (batch, seq, 2, 3): batch and seq change, k and alpha change",
          _shift_scale,
          lambda: [(randn(b, s, 6, seed=i, device="npu"), bias, k, a)
-                  for i, (b, s, k, a) in enumerate([(2, 7, 1, 0.5), (5, 4, 2, 1.5), (3, 9, 3, -1.0),
+                  for i, (b, s, k, a) in enumerate([(2, 7, 1, 1), (5, 4, 2, 1.5), (3, 9, 3, -1.0),
                                                     (6, 3, 0, 2.5)])], True),
         ("masked mean over seq: batch stays 4, seq is 5 for three requests and changes only then (9, 7); eps "
          "changes", _masked_mean,
          lambda: [(randn(4, s, 6, seed=i, device="npu"), (randn(4, s, seed=20 + i, device="npu") > 0).float(), e)
                   for i, (s, e) in enumerate([(5, 1e-3), (5, 1e-2), (5, 1.0), (9, 0.5), (7, 1e-3)])], True),
     ]
+
+
+class _KeepingBackend(CountingBackend):
+    """A :class:`CountingBackend` that also keeps every output its compiled graphs returned (the check's own)."""
+
+    def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
+        super().__init__(backend)
+        self.outputs: list[Any] = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Callable:
+        run = super().__call__(gm, example_inputs, **kwargs)
+
+        def keep(*args: Any) -> Any:
+            out = run(*args)
+            self.outputs.extend(out if isinstance(out, (list, tuple)) else [out])
+            return out
+
+        return keep
+
+
+def _from_the_graphs(outputs: Any, backend: _KeepingBackend) -> bool:
+    """Whether every returned output is a tensor the compiled graphs returned (not a copy, not an eager result)."""
+    if type(outputs) not in (list, tuple):
+        return False
+    made = {id(o) for o in backend.outputs}
+    return all(id(o) in made for o in outputs)
 
 
 @exercise("ch5.compile_once", "Compile once for every batch size and every step", names=["run_compiled_once"],
@@ -432,7 +508,7 @@ def _compile_once(t: Tester, run_compiled_once) -> None:
         expected = [fn(*r) for r in requests]
         _warm_formatting(expected)
         torch._dynamo.reset()
-        backend = CountingBackend("npu")
+        backend = _KeepingBackend("npu")
         outcome = t.call(run_compiled_once, fn, requests, backend)
         torch._dynamo.reset()
         if not outcome.ok:
@@ -448,7 +524,8 @@ def _compile_once(t: Tester, run_compiled_once) -> None:
                  "look at every request, not the first two; a float eps changes, 1.0 among them) "
                  if fn is _masked_mean else
                  "(here two dimensions change, batch and seq, while the last one is tied to 2 * 3 by a reshape; "
-                 "an int k and a float alpha change, k = 0 and 1 among them) ")
+                 "an int k and a number alpha change, k = 0 and 1 among them, and alpha is the int 1 in the first "
+                 "request and a float after it: a tensor made from each value has the dtype of that value) ")
         t.expect(f"{desc}: Dynamo compiled once", backend.compiles == 1, hidden=hidden,
                  expected="1 graph compiled", got=f"{backend.compiles} graph(s) compiled",
                  hint=about + "a Python int or float is a constant in the graph (a guard on its value), and so is "
@@ -459,6 +536,11 @@ def _compile_once(t: Tester, run_compiled_once) -> None:
                  hidden=hidden, expected=f"{len(requests)} runs of the compiled graph",
                  got=f"{backend.runs}", hint="compile fn once with torch.compile(fn, backend=backend) and call the "
                                              "compiled function for every request")
+        t.expect(f"{desc}: the outputs returned are the compiled function's own", _from_the_graphs(outcome.value,
+                                                                                                    backend),
+                 hidden=hidden, expected="each output is the tensor the compiled call returned",
+                 got="yes" if _from_the_graphs(outcome.value, backend) else "a copy, or an output computed elsewhere",
+                 hint="return what compiled(*request) returns for each request, as it is (no copy, no eager fn(...))")
 
 
 
@@ -495,6 +577,20 @@ class _ScaleShift(torch.nn.Module):
         return torch.relu(x * self.scale + self.shift) * self.alpha
 
 
+class _ShiftWithOffset(_ScaleShift):
+    """A parameter, a buffer, and a plain tensor attribute ``offset`` (neither a parameter nor a buffer)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) + self.offset
+
+
+def _offset_model() -> torch.nn.Module:
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), _ShiftWithOffset()).to("npu")
+    model[1].offset = torch.full((6,), 0.25, device="npu")  # a plain attribute: .to() would not move it
+    return model
+
+
 def _bn_model() -> torch.nn.Module:
     torch.manual_seed(2)
     return torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.ReLU())
@@ -511,7 +607,8 @@ def _set_gain(value: float) -> None:
 
 
 def _play(target: Any, steps: list[tuple[str, Any]], call: Callable[[Any], Any]) -> list[torch.Tensor]:
-    """Run ``steps`` on ``target``: ("call", x), ("eval", None), ("scale_weights", k), ("alpha", v), ("gain", v)."""
+    """Run ``steps`` on ``target``: ("call", x), ("eval", None), ("scale_weights", k), ("alpha", v), ("offset", t),
+    ("gain", v)."""
     outs = []
     try:
         for kind, arg in steps:
@@ -524,6 +621,8 @@ def _play(target: Any, steps: list[tuple[str, Any]], call: Callable[[Any], Any])
                     p.mul_(arg)
             elif kind == "alpha":
                 target[1].alpha = arg
+            elif kind == "offset":
+                target[1].offset = arg
             elif kind == "gain":
                 _set_gain(arg)
     finally:
@@ -570,6 +669,11 @@ def _lean_cases() -> list[tuple[str, Callable[[], Any], list[tuple[str, Any]], b
          _nested_model, [("call", y), ("scale_weights", 0.5), ("call", y), ("alpha", 2.0), ("call", y)], True,
          "a Parameter and a buffer registered directly on a nested module, and a Python float attribute whose "
          "value guard must stay: "),
+        ("a module with a plain tensor attribute offset (not a parameter, not a buffer), replaced by one of shape "
+         "(1,)", _offset_model,
+         [("call", y), ("offset", torch.full((1,), -0.5, device="npu")), ("call", y)], True,
+         "a tensor attribute that is neither a Parameter nor a registered buffer is not a weight: its TENSOR_MATCH "
+         "guard (fn._modules['1'].offset) must stay: "),
         ("tanh(x) * GAIN on a float32 input, then the same values in float64", lambda: _scaled_tanh,
          [("call", y), ("call", y.double())], True,
          "the input's tensor guard (its dtype) must stay, or the float32 graph runs on the float64 input: "),

@@ -35,6 +35,7 @@ from torch.nn import functional as F
 
 from ..grading import isolation, references
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
 from ..grading.values import check_plain, tensors_close
@@ -50,6 +51,29 @@ chapter("ch7", "The Dispatcher: keys, tables, kernels and custom operators", [
     "torch.library.opcheck tests a custom operator's schema, fake implementation and autograd registration",
     "A TorchDispatchMode (the Python key) sees every ATen call below autograd: FakeTensor and make_fx build on it",
 ])
+
+# Predict, then run (the chapter's questions; the cells measure the answers)
+question("ch7.no_grad_keys",
+         "Does torch.no_grad() change the key set of a call on an npu tensor (True or False)?",
+         why="no_grad is a flag the autograd kernel reads: the autograd key stays in the key set, and its kernel "
+             "runs and records nothing (inference_mode is the one that removes the key)",
+         choices=(True, False))
+question("ch7.add_kernels",
+         "How many kernels run for b.add_(a) on npu tensors (keys whose kernel runs on the walk)?",
+         why="the autograd kernel and ADInplaceOrView's kernel (an in-place operator bumps the version counter) "
+             "each pass the call on, and the npu kernel ends the walk: 3",
+         choices=(1, 2, 3, 4, 5))
+question("ch7.fallback_kb",
+         "The CPU fallback runs F.hardswish on a 256 x 256 float32 npu tensor. How many kB (1000 bytes) cross "
+         "between host and device?",
+         why="the input goes to the host and the result comes back: 2 x 256 x 256 x 4 bytes = 524.3 kB",
+         rtol=0.01)
+question("ch7.mode_sees_linear",
+         "A dispatch mode logs a training step of an MLP of nn.Linear layers. Does its forward show 'linear' or "
+         "'t and addmm'?",
+         why="linear is a CompositeImplicitAutograd operator: it turns into t and addmm at the autograd key, "
+             "above the Python key where the mode sits",
+         choices=("linear", "t and addmm"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,7 +145,7 @@ WALK_CASES: list[tuple[str, str, Callable[[], list[str]], bool]] = [
 WITHOUT_KERNEL = ("aten::hardswish",)
 
 
-def expected_walk(op: str, keyset: list[str]) -> list[str]:
+def _expected_walk(op: str, keyset: list[str]) -> list[str]:
     """The keys whose kernels run, from the lab's dispatch inspector (fallthroughs left out)."""
     from ..inspect.dispatch import key_path
 
@@ -141,7 +165,7 @@ def _key_path(t: Tester, dispatch_walk) -> None:
         removed = without_kernels(op, missing_ok=True) if op in WITHOUT_KERNEL else contextlib.nullcontext()
         with removed:  # put back on leaving (if this check took it out): dispatch_walk only reads the table
             table = table_kinds(op)
-            expected = expected_walk(op, keyset)
+            expected = _expected_walk(op, keyset)
         t.case(f"{op}: {desc}, key set {keyset}", dispatch_walk, keyset, table,
                expected=expected, hidden=hidden, hint=hint)
 
@@ -194,7 +218,7 @@ def _hardswish_cases() -> list[tuple[str, torch.Tensor, torch.Tensor, bool]]:
     """(description, input on the CPU, expected, hidden), the expected values computed in NumPy before any
     code of the learner's runs (a kernel registered for the CPU as well cannot be its own reference)."""
     cases = []
-    for shape, hidden in [((4, 5), False), ((7,), False), ((0, 3), False), ((2, 3, 4), True)]:
+    for shape, hidden in [((4, 5), False), ((7,), False), ((0, 3), False), ((2, 3, 4), True), ((), True)]:
         x = randn(*shape, seed=len(shape) + 40) * 4
         cases.append((f"F.hardswish(x of {shape} on npu) equals hardswish computed in NumPy", x, hidden))
     edges = torch.tensor([-7.0, -3.0, -2.999, -1.5, 0.0, 1.5, 2.999, 3.0, 7.0])
@@ -218,6 +242,8 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
     want_in = [references.expected(references.hardswish, x_in), x_in.clone()]
     x_again = randn(6, seed=46) * 4
     want_again = references.expected(references.hardswish, x_again)
+    x_slice = randn(5, 8, seed=48) * 4
+    want_slice = references.expected(references.hardswish, x_slice[1:, ::2].contiguous())
 
     returned: list[torch.library.Library] = []  # destroyed at the end too, even if made before the check
     was_enabled = fallback.cpu_fallback_enabled()
@@ -266,6 +292,9 @@ def _grade_registration(t: Tester, register_hardswish) -> None:
         t.case("F.hardswish(a transposed, non-contiguous npu tensor)", _run_hardswish, xt.to("npu"),
                expected=want_t, hint="a transposed tensor's elements are not in memory order: "
                "call .contiguous() before handing its memory to the kernel")
+        t.case("F.hardswish(x[1:, ::2]: a slice with an offset and a stride of 2)", _run_hardswish,
+               x_slice.to("npu")[1:, ::2], expected=want_slice, hidden=True,
+               hint="a slice starts inside its storage and skips elements: make it contiguous first")
         t.case("F.hardswish(x) leaves x unchanged (and returns a new tensor)", _run_keeping_input, x_in.to("npu"),
                expected=want_in, hidden=True, hint="write the result into a new tensor (torch.empty_like(x)), "
                "never into the input: aten::hardswish is not an in-place operator")
@@ -407,22 +436,27 @@ def _custom_op(t: Tester, swiglu) -> None:
         t.case(f"swiglu(a, b) for a, b of {shape} on {device}", lambda x, y: swiglu(x, y).cpu(), a.to(device),
                b.to(device), expected=_reference(a, b), hidden=hidden, hint=hint, rtol=1e-5, atol=1e-6)
 
-    for device, utils, hidden in [
-        ("cpu", ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"), False),
+    for device, dtype, utils, hidden in [
+        ("cpu", torch.float32,
+         ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic"), False),
         # opcheck's autograd registration test knows only cpu/cuda/xpu devices in this PyTorch
-        ("npu", ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"), True),
+        ("npu", torch.float32, ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"), True),
+        # the fake implementation must follow the inputs' dtype, not the default one
+        ("cpu", torch.float64, ("test_faketensor",), True),
     ]:
-        a = randn(3, 4, seed=52).to(device).requires_grad_(True)
-        b = randn(3, 4, seed=53).to(device).requires_grad_(True)
+        a = randn(3, 4, seed=52, dtype=dtype).to(device).requires_grad_(True)
+        b = randn(3, 4, seed=53, dtype=dtype).to(device).requires_grad_(True)
+        where = device if dtype is torch.float32 else f"{device}, float64 inputs"
         outcome = t.call(_opcheck, swiglu, a, b, utils)
         if not outcome.ok:
-            t.error(f"torch.library.opcheck(swiglu, (a, b)) on {device}", outcome, hidden=hidden,
+            t.error(f"torch.library.opcheck(swiglu, (a, b)) on {where}", outcome, hidden=hidden,
                     hint="opcheck itself failed to run your operator")
             continue
         for test in utils:
             result = outcome.value.get(test)
-            t.expect(f"opcheck on {device}: {test}", result == "SUCCESS", hidden=hidden, expected="SUCCESS",
-                     got=_first_line(result), hint=_OPCHECK_HINTS[test])
+            t.expect(f"opcheck on {where}: {test}", result == "SUCCESS", hidden=hidden, expected="SUCCESS",
+                     got=_first_line(result), hint=_OPCHECK_HINTS[test] + (
+                         " (these inputs are float64: the result has a's dtype)" if dtype is torch.float64 else ""))
 
     a64, b64 = randn(3, 4, seed=54, dtype=torch.float64), randn(3, 4, seed=55, dtype=torch.float64)
     outcome = t.call(lambda x, y: torch.autograd.gradcheck(swiglu, (x, y), raise_exception=False),
@@ -499,6 +533,15 @@ def _round_trips() -> torch.Tensor:
     return x + torch.zeros(2, 3, 5, dtype=torch.int16).to("npu").cpu()
 
 
+def _between_devices() -> torch.Tensor:
+    x = torch.arange(6, dtype=torch.float32).to("npu")    # host -> device: counted
+    y = x.to("npu:1")                                        # device -> device: the same device type
+    total = y.sum().item()                                   # a Python number, not a tensor
+    host = torch.empty(6, dtype=torch.float64)
+    host.copy_(x)                                            # copy_(dst on the host, src on the device)
+    return host + total
+
+
 def _cpu_only() -> torch.Tensor:
     x = torch.linspace(-1, 1, 10)
     return (x.relu() + x.sigmoid()).sum(dim=0, keepdim=True)
@@ -510,8 +553,36 @@ LOG_PROGRAMS: list[tuple[str, Callable[[], Any], bool]] = [
     ("inference on npu inside torch.inference_mode()", _inference, False),
     ("in-place operators on views of an npu tensor", _in_place_and_views, True),
     ("float64 and int16 tensors copied to npu and back several times", _round_trips, True),
+    ("a copy from npu:0 to npu:1, a .item(), and copy_ from npu into a float64 host tensor", _between_devices, True),
     ("a program on the CPU only (nothing crosses host<->device)", _cpu_only, True),
 ]
+
+
+#: programs whose host<->device bytes, by the exercise's rule, differ from the runtime's counters: a .item()
+#: moves bytes but returns no tensor, and a device-to-device copy is counted apart
+_BY_THE_RULE = {_between_devices}
+
+
+def _rule_bytes(program: Callable[[], Any]) -> int:
+    """The exercise's rule applied by the grader's own mode: results on another device type than their source."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Rule(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.copied = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            src = args[1] if func is torch.ops.aten.copy_.default else (tensors[0] if tensors else None)
+            if isinstance(out, torch.Tensor) and src is not None and src.device.type != out.device.type:
+                self.copied += out.numel() * out.element_size()
+            return out
+
+    with _Rule() as rule:
+        program()
+    return rule.copied
 
 
 def _reference_log(program: Callable[[], Any]) -> dict[str, Any]:
@@ -525,6 +596,8 @@ def _reference_log(program: Callable[[], Any]) -> dict[str, Any]:
     tr = trace(lambda: result.append(program()))
     after = transfer_stats()
     crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
+    if program in _BY_THE_RULE:
+        crossed = _rule_bytes(program)
     return {"ops": [c.op for c in tr.calls], "copied": crossed, "result": result[0].detach().cpu().clone()}
 
 
@@ -541,6 +614,9 @@ def _run_logged(mode_class: Any, program: Callable[[], Any], nested: bool = Fals
 
 
 def _log_hint(desc: str) -> str:
+    if "npu:1" in desc:
+        return ("compare device types (src.device.type), not devices: npu:0 -> npu:1 stays on the device side; "
+                ".item() returns a Python number, not a tensor; for aten::copy_(dst, src) the source is args[1]")
     if "in-place" in desc:
         return ("record every call the mode sees, in-place ones and views too, with func.name() "
                 "(e.g. 'aten::add_.Tensor')")
@@ -550,6 +626,9 @@ def _log_hint(desc: str) -> str:
                 "for any other operator, its first tensor argument)")
     if "CPU only" in desc:
         return "a copy within one device moves nothing between host and device"
+    if "npu:1" in desc:
+        return ("compare device types (src.device.type), not devices: npu:0 -> npu:1 stays on the device side; "
+                ".item() returns a Python number, not a tensor; for aten::copy_(dst, src) the source is args[1]")
     if "inference_mode" in desc:
         return ("inside inference_mode (and on its tensors) the autograd keys are gone: composite operators such as "
                 "aten::linear and aten::to reach the mode whole; record what reaches the mode, and count a copy by "

@@ -195,20 +195,41 @@ def split(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> FrameSplit:
 
     Dynamo's state is reset before and after, so earlier compiles do not interfere. The function
     really runs (once), so its side effects, such as a ``print``, happen.
+
+    Each break names the frame Dynamo was compiling when it met the break: ``fn`` itself or a resume
+    function (``torch_dynamo_resume_in_<fn>_at_<line>``), read from the compile id Dynamo stamps on the
+    graph the break ended (``explain``'s own reasons fold some resume frames into the function's name).
     """
     if not callable(fn):
         raise TypeError(f"split() needs a function, got {type(fn).__name__}")
+    from torch._guards import CompileContext
+
     code = getattr(fn, "__code__", None)
+    frames: dict[int, str] = {}  # Dynamo's frame id -> the name of the code it compiled
+
+    def hook(compiled_code: Any, new_code: Any) -> None:
+        compile_id = CompileContext.current_compile_id()
+        if compile_id is not None:
+            frames.setdefault(compile_id.frame_id, compiled_code.co_name)
+
     torch._dynamo.reset()
+    handle = torch._dynamo.convert_frame.register_bytecode_hook(hook)
     try:
         explained = torch._dynamo.explain(fn)(*args, **kwargs)
     finally:
+        handle.remove()
         torch._dynamo.reset()
     result = FrameSplit(getattr(fn, "__name__", "fn"), list(explained.graphs),
                         filename=code.co_filename if code is not None else "")
-    for r in explained.break_reasons:
+    for gm in explained.graphs:
+        r = getattr(gm, "compile_subgraph_reason", None)
+        if r is None or not r.graph_break:
+            continue
         frame = r.user_stack[-1] if r.user_stack else None
+        compile_id = gm.meta.get("dynamo_compile_id")
+        compiled = frames.get(compile_id.frame_id) if compile_id is not None else None
         reason = str(r.reason).strip().splitlines()[0] if str(r.reason).strip() else "?"
         result.breaks.append(Break(reason, frame.filename if frame else "?", frame.lineno if frame else 0,
-                                   frame.name if frame else "?", (frame.line or "").strip() if frame else ""))
+                                   compiled or (frame.name if frame else "?"),
+                                   (frame.line or "").strip() if frame else ""))
     return result

@@ -43,6 +43,8 @@ WRONG: dict[str, list[str]] = {
         # ignores strides: a transposed tensor of the same shape is taken to reuse the graph
         _predictor("g.source == 'global state'", _FULL.replace(
             " and all(w is None or w == s for w, s in zip(want.stride, t.stride())))", ")")),
+        # compares sizes and strides pairwise with zip and forgets the number of dimensions: (4, 8, 1) "matches"
+        _predictor("g.source == 'global state'", _FULL.replace("and t.dim() == len(want.size) ", "")),
         # treats a dynamic size (None) as a size that must still match: every new batch size "recompiles"
         _predictor("g.source == 'global state'",
                    "(t.dtype == want.dtype and t.device.type == want.device and t.requires_grad == want.requires_grad"
@@ -59,6 +61,12 @@ WRONG: dict[str, list[str]] = {
         "def gated_norm_fixed(x, w):\n    h = x @ w\n    h = h / h.abs().max()\n    return torch.relu(h)",
         # no break, but the normalisation dropped
         "def gated_norm_fixed(x, w):\n    h = x @ w\n"
+        "    return torch.where(h.mean() > 0, torch.relu(h), torch.tanh(h))",
+        # >= instead of >: a mean of exactly 0 takes the relu side, where gated_norm takes tanh
+        "def gated_norm_fixed(x, w):\n    h = x @ w\n    h = h / h.abs().max()\n"
+        "    return torch.where(h.mean() >= 0, torch.relu(h), torch.tanh(h))",
+        # divides by the largest value, not the largest magnitude
+        "def gated_norm_fixed(x, w):\n    h = x @ w\n    h = h / h.max()\n"
         "    return torch.where(h.mean() > 0, torch.relu(h), torch.tanh(h))",
         # hides the function from Dynamo: no graph break reported, but no graph either
         "@torch._dynamo.disable\ndef gated_norm_fixed(x, w):\n    h = x @ w\n    h = h / h.abs().max().item()\n"
@@ -104,6 +112,28 @@ WRONG: dict[str, list[str]] = {
         "            if isinstance(a, torch.Tensor):\n                if a.shape[0] != 8:\n"
         "                    torch._dynamo.mark_dynamic(a, 0)\n            else:\n                a = torch.tensor(a)\n"
         "            args.append(a)\n        outs.append(compiled(*args))\n    return outs",
+        # marks what changes and makes each number a tensor of its own dtype: an int 1 (int64), then 1.5 (float32)
+        "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    first = requests[0]\n"
+        "    changing = {i: [d for d in range(a.dim()) if any(r[i].shape[d] != a.shape[d] for r in requests)]\n"
+        "                for i, a in enumerate(first) if isinstance(a, torch.Tensor)}\n"
+        "    outs = []\n    for r in requests:\n        args = []\n        for i, a in enumerate(r):\n"
+        "            if isinstance(a, torch.Tensor):\n                for d in changing[i]:\n"
+        "                    torch._dynamo.mark_dynamic(a, d)\n"
+        "            elif isinstance(a, (int, float)):\n                a = torch.tensor(a)\n"
+        "            args.append(a)\n        outs.append(compiled(*args))\n    return outs",
+        # compiles once and runs every request through the compiled function, but returns eager results
+        "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
+        "    first = requests[0]\n"
+        "    changing = {i: [d for d in range(a.dim()) if any(r[i].shape[d] != a.shape[d] for r in requests)]\n"
+        "                for i, a in enumerate(first) if isinstance(a, torch.Tensor)}\n"
+        "    floats = {i for i in range(len(first)) if any(isinstance(r[i], float) for r in requests)}\n"
+        "    outs = []\n    for r in requests:\n        args = []\n        for i, a in enumerate(r):\n"
+        "            if isinstance(a, torch.Tensor):\n                for d in changing[i]:\n"
+        "                    torch._dynamo.mark_dynamic(a, d)\n"
+        "            elif isinstance(a, (int, float)):\n"
+        "                a = torch.tensor(float(a) if i in floats else a)\n"
+        "            args.append(a)\n        compiled(*args)\n        outs.append(fn(*r))\n    return outs",
         # compiles the first request only and runs the rest eagerly
         "def run_compiled_once(fn, requests, backend):\n    compiled = torch.compile(fn, backend=backend)\n"
         "    return [compiled(*requests[0])] + [fn(*r) for r in requests[1:]]",
@@ -121,6 +151,10 @@ WRONG: dict[str, list[str]] = {
         # drops every guard on parameters and buffers, of any type (the containers' type checks too)
         "def lean_guards(entries):\n"
         "    return [not ('_parameters' in e.name or '_buffers' in e.name) for e in entries]",
+        # drops every tensor guard on what is reached through the model (names starting with fn): a plain tensor
+        # attribute too, which is neither a parameter nor a buffer
+        "def lean_guards(entries):\n"
+        "    return [not (e.guard_type == 'TENSOR_MATCH' and e.name.startswith('fn')) for e in entries]",
         # drops the globals too ("they never change")
         "def lean_guards(entries):\n    weights = ('._parameters[', '._buffers[')\n"
         "    return [not e.is_global and not (e.guard_type == 'TENSOR_MATCH' and any(w in e.name for w in weights))\n"

@@ -29,8 +29,30 @@ WRONG: dict[str, list[str]] = {
         "        if not (key.startswith(('Autograd', 'Autocast')) or key in ('ADInplaceOrView', 'BackendSelect')):\n"
         "            break\n"
         "    return ran",
+        # an autocast kernel taken for the end of the walk (it casts and passes the call on)
+        "def dispatch_walk(keyset, table):\n"
+        "    ran = []\n"
+        "    for key in keyset:\n"
+        "        kind = table.get(key)\n"
+        "        if kind in (None, 'fallthrough'):\n"
+        "            continue\n"
+        "        ran.append(key)\n"
+        "        if not (kind == 'autograd kernel' or (kind == 'kernel' and key in ('ADInplaceOrView', "
+        "'BackendSelect'))):\n"
+        "            break\n"
+        "    return ran",
     ],
     "ch7.register_kernel": [
+        # flattens to rows of the first dimension: a 0-d tensor has none
+        "def register_hardswish():\n"
+        "    def kernel(self):\n"
+        "        src = self.contiguous().view(self.shape[0], -1)\n"
+        "        out = torch.empty_like(src)\n"
+        "        hardswish_loop(npu_lab.device_array(src).reshape(-1), npu_lab.device_array(out).reshape(-1))\n"
+        "        return out.view(self.shape)\n"
+        "    lib = torch.library.Library('aten', 'IMPL')\n"
+        "    lib.impl('hardswish', kernel, 'PrivateUse1')\n"
+        "    return lib",
         # right values, but computed on the CPU and copied back: what the fallback does, by hand
         "def register_hardswish():\n"
         "    lib = torch.library.Library('aten', 'IMPL')\n"
@@ -129,6 +151,12 @@ WRONG: dict[str, list[str]] = {
         "    s = torch.sigmoid(a)\n"
         "    return grad * b * s * (1 + a * (1 - s)), a * s\n"
         "swiglu.register_autograd(_backward_e, setup_context=swiglu_setup)",
+        # a fake implementation in the default dtype: float32 whatever the inputs are
+        "@torch.library.custom_op('ch7wrong_f::swiglu', mutates_args=())\n"
+        "def swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:\n"
+        "    return F.silu(a) * b\n"
+        "swiglu.register_fake(lambda a, b: torch.empty(a.shape, device=a.device))\n"
+        "swiglu.register_autograd(swiglu_backward, setup_context=swiglu_setup)",
         # a plain Python function, not a custom operator (torch.compile traces into it)
         "def swiglu(a, b):\n"
         "    return F.silu(a) * b",
@@ -213,5 +241,51 @@ WRONG["ch7.dispatch_mode"] = [
     "            src = args[1] if func is torch.ops.aten.copy_.default else args[0]\n"
     "            if src.device.type != out.device.type:\n"
     "                self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+]
+
+_RIGHT_COUNT = ("        tensors = [a for a in args if isinstance(a, torch.Tensor)]\n"
+                "        src = args[1] if func is torch.ops.aten.copy_.default else "
+                "(tensors[0] if tensors else None)\n")
+
+WRONG["ch7.dispatch_mode"] += [
+    # compares devices, not device types: a copy from npu:0 to npu:1 counts as host<->device
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n" + _RIGHT_COUNT +
+    "        if isinstance(out, torch.Tensor) and src is not None and src.device != out.device:\n"
+    "            self.copied += out.numel() * out.element_size()\n"
+    "        return out",
+    # reads the runtime's counters instead of counting per call (a .item() moves bytes but returns no tensor)
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __enter__(self):\n"
+    "        self._start = npu_lab.transfer_stats()\n"
+    "        return super().__enter__()\n"
+    "    def __exit__(self, *exc):\n"
+    "        end = npu_lab.transfer_stats()\n"
+    "        self.copied = sum(end[k] - self._start[k] for k in ('host_to_device_bytes', 'device_to_host_bytes'))\n"
+    "        return super().__exit__(*exc)\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        self.ops.append(func.name())\n"
+    "        return func(*args, **(kwargs or {}))",
+    # takes the first tensor argument as the source of every call, copy_ too (its destination)
+    "class StepLog(TorchDispatchMode):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.ops, self.copied = [], 0\n"
+    "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+    "        out = func(*args, **(kwargs or {}))\n"
+    "        self.ops.append(func.name())\n"
+    "        tensors = [a for a in args if isinstance(a, torch.Tensor)]\n"
+    "        src = tensors[0] if tensors else None\n"
+    "        if isinstance(out, torch.Tensor) and src is not None and src.device.type != out.device.type:\n"
+    "            self.copied += out.numel() * out.element_size()\n"
     "        return out",
 ]
