@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.structure import torch_calls
 from ..grading.tester import Tester, short
@@ -32,6 +33,25 @@ chapter("arch", "PyTorch architecture and core principles", [
     "nn.Module owns parameters and buffers; .to('npu') moves them into device memory",
     "Tensors of one operation must be on one device",
 ])
+
+# --- predict, then run: the chapter's questions ---------------------------------------------------------------
+
+question("arch.view_strides", "What are the strides and the storage offset of base[::2, 1:3], for base of shape "
+         "(3, 4) with strides (4, 1) and offset 0? Answer ((stride0, stride1), offset).",
+         why="every second row skips two rows of 4 elements (stride 2 * 4 = 8), neighbouring columns stay 1 apart, "
+             "and the view starts at row 0, column 1: offset 0 * 4 + 1 * 1 = 1")
+question("arch.div_nodes", "How many DivBackward0 nodes does autograd record when normalise runs on [3.0, -7.0]?",
+         why="the largest entry is 7 in size: 7 -> 3.5 -> 1.75 -> 0.875 takes three halvings, and each trip round "
+             "the Python loop runs v / 2 again, one more node in the graph (define-by-run)")
+question("arch.inplace_after_add", "b = a + 1 is computed, then a is changed in place (a.add_(1)). Does "
+         "b.sum().backward() still work?",
+         why="the gradient of a + 1 is the incoming gradient unchanged, so AddBackward0 saved nothing; no saved "
+             "tensor's version changed, so autograd has nothing to refuse",
+         choices=(True, False))
+question("arch.autocast_slower", "On which chip is the float16 autocast training step slower than the float32 one?",
+         why="the teaching chip has no 16-bit unit: its kernels compute float16 in float32 anyway, so autocast only "
+             "adds the cast kernels; the other two run the products on a 16-bit matrix unit many times faster",
+         choices=("teaching", "npu-like", "gpu-like", "none"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,19 +253,21 @@ def _backward_nodes(t: Tester, backward_nodes) -> None:
 # arch.fix_inplace
 # ---------------------------------------------------------------------------------------------
 
-def softmax_rows_reference(x: torch.Tensor) -> torch.Tensor:
+def _softmax_rows_reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=1)
 
 
 def _forward_backward(fn, x: torch.Tensor):
-    """Run fn on a fresh leaf copy of x, backward a weighted sum; (output, grad, input changed?)."""
+    """Run fn on a fresh leaf copy of x, backward a weighted sum; (output, grad, input changed?, softmax calls)."""
     leaf = x.detach().clone().requires_grad_()
     version, before = leaf._version, leaf.detach().clone()
-    out = fn(leaf)
+    with torch_calls() as seen:
+        out = fn(leaf)
+    softmaxes = sorted({name for name in seen if "softmax" in name})
     weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape).to(out.device)
     (out * weights).sum().backward()
     changed = leaf._version != version or not torch.equal(leaf.detach().cpu(), before.cpu())
-    return out.detach(), leaf.grad, changed
+    return out.detach(), leaf.grad, changed, softmaxes
 
 
 @exercise("arch.fix_inplace", "Repair an in-place update that breaks backward", names=["softmax_rows"])
@@ -260,7 +282,7 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
                              "through its one element) "}
     for desc, x, hidden in cases:
         about = abouts.get(desc, "")
-        want_out, want_grad, _ = _forward_backward(softmax_rows_reference, x)
+        want_out, want_grad, _, _ = _forward_backward(_softmax_rows_reference, x)
         outcome = t.call(_forward_backward, softmax_rows, x)
         if not outcome.ok:
             if "modified by an inplace operation" in outcome.error:
@@ -272,7 +294,12 @@ def _fix_inplace(t: Tester, softmax_rows) -> None:
                 hint = "softmax_rows(x) should run forward and backward like torch.softmax(x, dim=1)"
             t.error(f"softmax_rows on {desc}: forward and backward", outcome, hidden=hidden, hint=about + hint)
             continue
-        out, grad, changed = outcome.value
+        out, grad, changed, softmaxes = outcome.value
+        t.expect(f"softmax_rows on {desc}: repaired, not replaced (exp and a division by the row sums, no softmax "
+                 "of PyTorch's)", not softmaxes, hidden=hidden, expected="no softmax call",
+                 got=", ".join(softmaxes) or "none",
+                 hint="the exercise is to repair softmax_rows_inplace: keep y = x.exp() and divide by the row sums, "
+                      "out of place; torch.softmax / F.softmax / x.softmax compute it for you")
         t.case(f"softmax_rows on {desc}: values", lambda o=out: o, expected=want_out, hidden=hidden,
                hint=about + "each row should be exp(x) divided by the row's sum of exp(x)")
         t.case(f"softmax_rows on {desc}: gradient", lambda g=grad: g, expected=want_grad, hidden=hidden,
@@ -343,12 +370,20 @@ def _function_run(cls: Any, x: torch.Tensor, beta: torch.Tensor) -> dict[str, An
     if node is not None:
         inputs_of_node = [type(n).__name__ for n, _ in out.grad_fn.next_functions if n is not None]
     weights = torch.arange(out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape) / out.numel() - 0.3
-    (out * weights).sum().backward()
+    loss = (out * weights).sum()
+    recorded: list[int] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:  # autograd saves a tensor: it is recording a graph
+        recorded.append(1)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss.backward()  # runs your backward; with its graph already built, nothing should be recorded
     after = transfer_stats()
     crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
     fallbacks = sorted(k for k, v in fallback.counts.items() if v != fell.get(k, 0))
     return {"out": out.detach(), "gx": x.grad, "gb": beta.grad, "node": node, "next": inputs_of_node,
-            "crossed": crossed, "fallbacks": fallbacks, "weights": weights.detach()}
+            "crossed": crossed, "fallbacks": fallbacks, "weights": weights.detach(), "recorded": len(recorded)}
 
 
 def _gradcheck_on_npu(cls: Any, x: torch.Tensor, beta: torch.Tensor) -> bool:
@@ -413,6 +448,11 @@ def _custom_function(t: Tester, SlopedSwish) -> None:  # noqa: N803 - the learne
         t.case(f"{desc}: dL/dbeta from your backward", lambda r=run: r["gb"].cpu() if r["gb"] is not None else None,
                expected=want_gb, hidden=hidden, rtol=1e-3, atol=1e-4,
                hint=about + "d/dbeta [x * s(beta x)] = x * x * s * (1 - s), times grad_out, summed to beta's shape")
+        t.expect(f"{desc}: backward works the gradients out by hand (no autograd graph recorded inside it)",
+                 run["recorded"] == 0, hidden=hidden, expected="no tensor saved by autograd during backward",
+                 got=f"{run['recorded']} saved while your backward ran",
+                 hint="backward must compute dL/dx and dL/dbeta from the formulas with the tensors forward saved; "
+                      "torch.enable_grad() and torch.autograd.grad inside backward let autograd do it for you")
         node = f"{SlopedSwish.__name__}Backward"
         t.expect(f"{desc}: one node of yours in autograd's graph", run["node"] == node
                  and run["next"] == ["AccumulateGrad", "AccumulateGrad"], hidden=hidden,

@@ -29,6 +29,7 @@ import torch
 
 from ..grading import values
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
 from ..grading.values import allclose, check_plain
@@ -46,6 +47,23 @@ chapter("ch0", "Comparing and choosing a technology", [
 
 #: The technologies, in the order the chapter presents them.
 TECHS = ("torch.compile", "jit.trace", "jit.script", "fx", "export", "lazy")
+
+# --- predict, then run: the chapter's questions ---------------------------------------------------------------
+
+question("ch0.branchy_captures", "How many of the six technologies capture branchy whole and give eager's result "
+         "on negative?",
+         why="only jit.script compiles the `if` itself; torch.compile (fullgraph), fx and export refuse a branch on "
+             "a tensor's value, lazy mode has to sync to decide it, and jit.trace freezes the branch it saw")
+question("ch0.dynamo_graphs", "Without fullgraph, how many graphs does Dynamo compile for one call of branchy on "
+         "positive?",
+         why="Dynamo breaks the graph at the `if`: the code before it (x.sum() > 0) is one graph, the branch that is "
+             "taken is another; Python decides the branch in between")
+question("ch0.less_device_work", "Of the six captures, how many make the device do less work per call than eager?",
+         why="only the two that hand their graph to a compiler that fuses each linear with its relu (torch.compile "
+             "with the npu backend, and lazy mode); the others capture the same operators and run them one by one")
+question("ch0.onnx_nodes", "How many nodes does the ONNX graph of the MLP have?",
+         why="torch.export's graph has three linear and two relu; each linear becomes one Gemm (its bias included), "
+             "each relu one Relu: five nodes")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +210,7 @@ def quiet():
             lg.setLevel(level)
 
 
-def captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tensor) -> tuple[bool, str]:
+def _captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tensor) -> tuple[bool, str]:
     """Capture ``fn`` with ``tech`` on ``x1``, run the capture on ``x2``: (same as eager?, what happened)."""
     before = STATS["calls"]
     want = fn(x2.clone())
@@ -217,11 +235,11 @@ def captured_correctly(tech: str, fn: Callable, x1: torch.Tensor, x2: torch.Tens
 @functools.cache
 def _measured_table() -> tuple[tuple[str, tuple[tuple[str, tuple[bool, str]], ...]], ...]:
     x1, x2 = example_inputs()
-    return tuple((name, tuple((tech, captured_correctly(tech, fn, x1, x2)) for tech in TECHS))
+    return tuple((name, tuple((tech, _captured_correctly(tech, fn, x1, x2)) for tech in TECHS))
                  for name, fn in SNIPPETS.items())
 
 
-def capture_table() -> dict[str, dict[str, tuple[bool, str]]]:
+def _capture_table() -> dict[str, dict[str, tuple[bool, str]]]:
     """snippet -> technology -> (handled, what happened), measured (once per process; a fresh copy each call,
     so that changing it changes nothing the check relies on)."""
     return {name: dict(row) for name, row in _measured_table()}
@@ -252,7 +270,7 @@ def _who_captures(t: Tester, captures) -> None:
     t.expect("every technology name is one of TECHS", not unknown,
              expected=", ".join(TECHS), got=", ".join(unknown) if unknown else "all known",
              hint="spell the technologies exactly as in TECHS, e.g. 'jit.trace' and 'export'")
-    table = capture_table()
+    table = _capture_table()
     for name in SNIPPETS:
         truth = {tech for tech, (ok, _) in table[name].items() if ok}
         hidden = name in HIDDEN_SNIPPETS
@@ -448,7 +466,7 @@ class GatedLinear(torch.nn.Module):
 
 #: Whether each candidate branches or loops on tensor values (by construction; the chapter's test:
 #: symbolic_trace and torch.export refuse exactly these).
-BRANCHES_ON_VALUES = {"printed": False, "item_scaled": False, "where_gate": False, "halve_until_small": True,
+_BRANCHES_ON_VALUES = {"printed": False, "item_scaled": False, "where_gate": False, "halve_until_small": True,
                       "constant_branch": False, "calls_helper": True, "GatedLinear": True}
 
 
@@ -520,7 +538,7 @@ def _choose_call(choose: Callable, req: dict, name: str) -> str:
           timeout=60)
 def _choose(t: Tester, choose) -> None:
     for req, name, hidden, hint in _CHOOSE_CASES:
-        expected = _tree(req, BRANCHES_ON_VALUES[name])
+        expected = _tree(req, _BRANCHES_ON_VALUES[name])
 
         def check(got, expected=expected):
             if got not in CHOICES:
@@ -593,20 +611,35 @@ DEPLOY_MODELS = [
 DEPLOY_BATCHES = (1, 3, 17)
 
 
+#: What the check adds to ONNX Runtime's outputs once, to see that the deployed function returns them.
+_SHIFT = 1000.0
+_RUN_THE_FILE = ("create onnxruntime.InferenceSession(program.model_proto.SerializeToString(), "
+                 "providers=['CPUExecutionProvider']) once, in deploy, and return what session.run gives in the "
+                 "function; running the PyTorch model (or a copy of it) is not deployment, even next to a "
+                 "session.run whose result is thrown away")
+
+
 def _forbidden_forward(*args, **kwargs):
     raise RuntimeError("the PyTorch model was called after deploy returned: the function deploy returns must run "
                        "the ONNX model with ONNX Runtime, not the PyTorch model")
 
 
 class _OrtSpy:
-    """Records the models ONNX Runtime sessions are created from and counts ``InferenceSession.run`` calls."""
+    """Watches ONNX Runtime: the models sessions are created from, the sessions, and ``InferenceSession.run``.
+
+    ``runs`` counts ``run`` calls; while ``shift`` is not 0, ``run`` returns its floating-point outputs plus
+    ``shift`` (so the check can tell a value that came from ONNX Runtime from one computed another way).
+    """
 
     def __init__(self) -> None:
         self.models: list[Any] = []
+        self.sessions: list[Any] = []
         self.runs = 0
+        self.shift = 0.0
 
     @contextlib.contextmanager
     def watching(self):
+        import numpy as np
         import onnxruntime
 
         cls = onnxruntime.InferenceSession
@@ -615,11 +648,16 @@ class _OrtSpy:
 
         def spy_init(session, path_or_bytes, *args, **kwargs):
             spy.models.append(path_or_bytes)
-            return init(session, path_or_bytes, *args, **kwargs)
+            init(session, path_or_bytes, *args, **kwargs)
+            spy.sessions.append(session)
 
         def spy_run(session, *args, **kwargs):
             spy.runs += 1
-            return run(session, *args, **kwargs)
+            out = run(session, *args, **kwargs)
+            if spy.shift:
+                out = [o + np.asarray(spy.shift, dtype=o.dtype) if isinstance(o, np.ndarray)
+                       and np.issubdtype(o.dtype, np.floating) else o for o in out]
+            return out
 
         cls.__init__, cls.run = spy_init, spy_run
         try:
@@ -639,6 +677,16 @@ class _OrtSpy:
             except Exception:  # noqa: BLE001 - not a model onnx can read: try the one before
                 continue
         return None
+
+    def providers(self) -> list[list[str]]:
+        """The execution providers of each session created."""
+        found = []
+        for session in self.sessions:
+            try:
+                found.append(list(session.get_providers()))
+            except Exception:  # noqa: BLE001 - a session that cannot say: counts as none
+                found.append([])
+        return found
 
 
 def _ops(graph: Any) -> set[str]:
@@ -742,18 +790,36 @@ def _onnx_deploy(t: Tester, deploy) -> None:
                  hint="export a copy: frozen = copy.deepcopy(model).eval(); calling model.eval() switches the "
                       "caller's model out of training mode")
         model.forward = _forbidden_forward  # from now on, running the PyTorch model is an error
-        ran_before = spy.runs
+        ran_before, made_before = spy.runs, len(spy.sessions)
+        in_deploy = spy.providers()
         with spy.watching():
             for (batch, device, args), want in zip(runs, wants):
                 t.case(f"{desc}: the deployed function on batch {batch} ({device} inputs) == eager (eval mode)",
                        lambda r=run, a=args: r(*a), expected=want, hidden=hidden, hint=hint,
                        check=lambda v, w=want, d=device: _deployed_output(v, w, d))
-        t.expect(f"{desc}: every call runs an ONNX Runtime InferenceSession", spy.runs - ran_before >= len(runs),
-                 hidden=hidden, expected=f"at least {len(runs)} InferenceSession.run calls",
-                 got=f"{spy.runs - ran_before}",
-                 hint="create onnxruntime.InferenceSession(program.model_proto.SerializeToString(), "
-                      "providers=['CPUExecutionProvider']) once, in deploy, and call session.run in the function; "
-                      "running the PyTorch model (or a copy of it) is not deployment")
+            # the result must be what ONNX Runtime returned: shift its outputs, and the result shifts with them
+            batch, device, args = runs[0]
+            spy.shift = _SHIFT
+            try:
+                t.case(f"{desc}: the result is ONNX Runtime's output (the check adds {_SHIFT:g} to what "
+                       "InferenceSession.run returns)", lambda r=run, a=args: r(*a), expected=wants[0] + _SHIFT,
+                       hidden=hidden, hint=_RUN_THE_FILE,
+                       check=lambda v, w=wants[0] + _SHIFT, d=device: _deployed_output(v, w, d))
+            finally:
+                spy.shift = 0.0
+        t.expect(f"{desc}: every call runs an ONNX Runtime InferenceSession", spy.runs - ran_before >= len(runs) + 1,
+                 hidden=hidden, expected=f"at least {len(runs) + 1} InferenceSession.run calls",
+                 got=f"{spy.runs - ran_before}", hint=_RUN_THE_FILE)
+        made = len(spy.sessions) - made_before
+        t.expect(f"{desc}: the session is created once, in deploy (none while the function runs)", made == 0,
+                 hidden=hidden, expected="0 sessions created by the calls", got=f"{made} created by {len(runs) + 1} "
+                 "calls", hint="load the model into onnxruntime.InferenceSession once, in deploy, and let the "
+                               "function you return use that session; a new session per call loads and optimises "
+                               "the whole model again every time")
+        t.expect(f"{desc}: the session runs on ONNX Runtime's CPU execution provider",
+                 bool(in_deploy) and all(p == ["CPUExecutionProvider"] for p in in_deploy), hidden=hidden,
+                 expected="providers ['CPUExecutionProvider']", got=short(in_deploy),
+                 hint="pass providers=['CPUExecutionProvider'] to onnxruntime.InferenceSession")
         graph = spy.last_graph()
         if not t.expect(f"{desc}: an ONNX Runtime session was created from the exported model", graph is not None,
                         hidden=hidden, expected="an InferenceSession on the ONNX model", got="none",

@@ -20,6 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.structure import count_calls, is_graph_module
 from ..grading.tester import STUB_MESSAGE, Tester, short
@@ -37,6 +38,23 @@ chapter("ch3", "TorchFX: graph capture and graph transforms", [
 ])
 
 KINDS = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
+
+# --- predict, then run: the chapter's questions ---------------------------------------------------------------
+
+question("ch3.node_count", "How many nodes does symbolic_trace record for TwoLayer, the placeholder and the output "
+         "included?",
+         why="one placeholder (x), one node per call on a proxy (fc1, relu, mul, fc2, softmax), one get_attr for "
+             "self.gate, and the output: 8")
+question("ch3.slowest_node", "On a batch of 64 rows, which node takes longer on the NPU's clock: fc1 (a Linear) or "
+         "relu? Answer \"fc1\", \"relu\" or \"the same\".",
+         why="at this size every kernel is launch-bound: the cost model's 4 us launch latency is far more than the "
+             "arithmetic and the memory traffic, so a matrix product costs what a relu costs",
+         choices=("fc1", "relu", "the same"))
+question("ch3.fused_launches", "The unfused MLP launches 5 kernels. How many does it launch after fuse_linear_relu?",
+         why="each Linear followed by a ReLU becomes one linear_relu kernel (two pairs); the last Linear has no ReLU "
+             "after it and stays one addmm: 3")
+question("ch3.rewrite_nodes", "The traced HandGelu has 12 nodes. How many are left after replace_pattern?",
+         why="the pattern's eight operator nodes become one gelu call: x, fc1, gelu, fc2 and the output remain")
 
 
 # --- functions the learner's passes call ---------------------------------------------------
@@ -459,6 +477,8 @@ def _shape_map_ok(got: dict[str, Any], expected: dict[str, Any]) -> tuple[bool, 
 @exercise("ch3.shape_interpreter", "An Interpreter that records every node's output shape",
           names=["ShapeInterpreter"])
 def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
+    from torch.fx.passes.shape_prop import ShapeProp
+
     from .. import models
 
     if not (isinstance(ShapeInterpreter, type) and issubclass(ShapeInterpreter, torch.fx.Interpreter)):
@@ -466,6 +486,11 @@ def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
                  expected="class ShapeInterpreter(torch.fx.Interpreter)", got=short(ShapeInterpreter),
                  hint="write `class ShapeInterpreter(torch.fx.Interpreter):` and override run_node")
         return
+    t.expect("ShapeInterpreter records the shapes itself (it is not a ShapeProp)",
+             not issubclass(ShapeInterpreter, ShapeProp), expected="a subclass of torch.fx.Interpreter",
+             got="a subclass of ShapeProp" if issubclass(ShapeInterpreter, ShapeProp) else "its own",
+             hint="derive from torch.fx.Interpreter and read the shape from the value super().run_node(n) returns; "
+                  "ShapeProp is the interpreter the exercise asks you to write")
 
     def drive(gm: torch.fx.GraphModule, device: str, *inputs: Any) -> tuple[Any, dict[str, Any]]:
         gm = gm.to(device)  # traced on the cpu: Tester.call deep-copies the module it is given
@@ -475,7 +500,8 @@ def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
             if str(e).startswith(STUB_MESSAGE):  # the stub, with FX's note of the node it was running
                 raise NotImplementedError(STUB_MESSAGE) from None
             raise
-        return out, {n.name: n.meta.get("shape", _ABSENT) for n in gm.graph.nodes}
+        return out, {n.name: n.meta.get("shape", _ABSENT) for n in gm.graph.nodes}, \
+            sum("tensor_meta" in n.meta for n in gm.graph.nodes)
 
     cases = [("the chapter's two-layer module on npu, x of (4, 6)", _seeded(_TwoLayer), ((4, 6),), "npu", False),
              ("split, reshape with x.shape, a buffer; on cpu, x of (3, 4)", _seeded(_Reshaper), ((3, 4),), "cpu",
@@ -499,7 +525,11 @@ def _shape_interpreter(t: Tester, ShapeInterpreter) -> None:
             t.error(f"ShapeInterpreter(traced {desc}).run(...)", outcome, hidden=hidden,
                     hint="override run_node(self, n): result = super().run_node(n); record; return result")
             continue
-        out, got = outcome.value
+        out, got, propagated = outcome.value
+        t.expect(f"{desc}: the shapes come from your run_node, not from ShapeProp", propagated == 0, hidden=hidden,
+                 expected="no node.meta['tensor_meta']", got=f"{propagated} node(s) with ShapeProp's tensor_meta",
+                 hint="do not run ShapeProp inside your interpreter: record tuple(value.shape) from each node's "
+                      "value yourself")
         t.expect(f"{desc}: run() still returns the module's result", _same(out, want_out), hidden=hidden,
                  expected=short(want_out), got=short(out),
                  hint=about + "run_node must return the value super().run_node(n) computed")

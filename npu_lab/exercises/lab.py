@@ -7,6 +7,7 @@ import torch
 
 from ..grading.inputs import randn
 from ..grading.registry import chapter, exercise
+from ..grading.structure import torch_calls
 from ..grading.tester import Tester, short
 
 chapter("lab", "Getting started with the simulated NPU", [
@@ -31,12 +32,28 @@ _STRIDE_CASES = [  # (shape, hidden, hint)
 ]
 
 
+def _watched(fn, calls: list[str]):
+    """``fn``, recording into ``calls`` the torch functions and operators it runs."""
+    def run(*args):
+        with torch_calls() as seen:
+            try:
+                return fn(*args)
+            finally:
+                calls.extend(seen)
+    return run
+
+
 @exercise("lab.contiguous_strides", "Strides of a contiguous tensor", names=["contiguous_strides"])
 def _contiguous_strides(t: Tester, contiguous_strides) -> None:
     expected = [torch.empty(shape).stride() for shape, _, _ in _STRIDE_CASES]  # before the learner's code runs
+    calls: list[str] = []
     for (shape, hidden, hint), want in zip(_STRIDE_CASES, expected):
-        t.case(f"contiguous_strides({shape})", contiguous_strides, shape, expected=want, hint=hint, hidden=hidden,
-               check=lambda got, w=want, s=shape: _strides_ok(got, w, s))
+        t.case(f"contiguous_strides({shape})", _watched(contiguous_strides, calls), shape, expected=want, hint=hint,
+               hidden=hidden, check=lambda got, w=want, s=shape: _strides_ok(got, w, s))
+    t.expect("contiguous_strides works the strides out from the sizes (it creates no tensor to ask PyTorch)",
+             not calls, expected="no torch calls", got=", ".join(sorted(set(calls))[:5]) or "none",
+             hint="multiply the sizes yourself, from the last dimension to the first; torch.empty(shape).stride() "
+                  "gives PyTorch's answer, not yours")
 
 
 def _strides_ok(got, expected: tuple[int, ...], shape) -> tuple[bool, str]:
@@ -65,13 +82,34 @@ def _block_bytes(t: Tester, block_bytes) -> None:
     hint = (f"bytes = number of elements * element size, rounded up to a multiple of {BLOCK_ROUND}; "
             "an empty tensor needs no block")
     measured = [_measure(shape, dtype) for shape, dtype, _ in _BLOCK_CASES]  # before the learner's code runs
+    allocations: list[int] = []
     for (shape, dtype, hidden), want in zip(_BLOCK_CASES, measured):
         size = torch.empty((), dtype=dtype).element_size()
         case_hint = hint if not hidden else (
             f"a {str(dtype).replace('torch.', '')} element is {size} byte{'s' if size > 1 else ''}: multiply the "
             f"number of elements by the element size of the dtype you are given, then round up to {BLOCK_ROUND}")
-        t.case(f"block_bytes({shape}, {dtype})", block_bytes, shape, dtype, expected=want, hint=case_hint,
-               hidden=hidden)
+        t.case(f"block_bytes({shape}, {dtype})", _counting_allocations(block_bytes, allocations), shape, dtype,
+               expected=want, hint=case_hint, hidden=hidden)
+    t.expect("block_bytes predicts the bytes without allocating on npu (it does not measure them)",
+             sum(allocations) == 0, expected="0 npu allocations", got=f"{sum(allocations)} npu allocation(s)",
+             hint="compute elements * element size, rounded up to the block size; creating an npu tensor and "
+                  "reading memory_allocated() is the check's measurement, not a prediction")
+
+
+def _allocations() -> int:
+    """How many blocks the npu's caching allocator has handed out so far (freed ones and cache hits included)."""
+    return sum(torch.npu.memory_stats(i)["allocation.all.allocated"] for i in range(torch.npu.device_count()))
+
+
+def _counting_allocations(fn, counts: list[int]):
+    """``fn``, adding to ``counts`` how many npu allocations each call made."""
+    def run(*args):
+        before = _allocations()
+        try:
+            return fn(*args)
+        finally:
+            counts.append(_allocations() - before)
+    return run
 
 
 def _measure(shape: tuple[int, ...], dtype: torch.dtype) -> int:
@@ -156,6 +194,10 @@ def _f4(x):
     return y * 3, y
 
 
+def _f5(x):
+    return x.square() + x ** 2.0
+
+
 #: (description, function, hidden, hint of a hidden case)
 _SQUARE_CASES = [
     ("pow(x, 2) + 1", _f1, False, ""),
@@ -165,6 +207,9 @@ _SQUARE_CASES = [
     ("y = pow(x + 1, 2) used twice, once as an output", _f4, True,
      "the square's result has several users, one of them the output node: node.replace_all_uses_with(new) "
      "moves every use, then erase the old node"),
+    ("x.square() + x ** 2.0", _f5, True,
+     "x.square() traces to pow(x, 2) and x ** 2.0 to pow(x, 2.0): 2.0 is a square too (compare the exponent "
+     "with == 2, which 2.0 equals), and both squares read the same x"),
 ]
 
 

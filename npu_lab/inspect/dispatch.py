@@ -14,6 +14,17 @@ Everything here is read from PyTorch's real dispatcher state:
 From the key set and the table, :func:`key_path` reconstructs the walk the
 dispatcher makes: from the highest-priority key down, skipping fallthroughs,
 until a backend kernel (or a composite one) handles the call.
+
+:func:`trace` builds each call's path from that call's own key set: its tensors' keys with the
+thread-local include and exclude sets *in force when that call entered the dispatcher* (a snapshot
+the dispatcher keeps, read through :mod:`npu_lab._torch_private`), so a ``no_grad``,
+``inference_mode`` or ``autocast`` entered inside the traced function counts from the call where
+it starts. One guard is set by a kernel the tracer cannot see: an autocast kernel casts the
+arguments and calls its operator *again* with its own key excluded (``ExcludeDispatchKeyGuard`` in
+``ATen/autocast_mode.h``). A call that reaches a backend is therefore never one that went through
+an autocast kernel of its own operator; such an autocast key is left out of its path. (Where the
+operator has no autocast kernel, the key stays in the path as a fallthrough, which the arrows of
+:meth:`CallRecord.arrow` leave out: whether a kernel above excluded it then changes nothing drawn.)
 """
 
 from __future__ import annotations
@@ -77,9 +88,13 @@ class Step:
         return f"{self.key} [{self.kind}]"
 
 
-def key_path(op: str | torch._ops.OpOverload, keyset: list[str]) -> list[Step]:
-    """The keys a call of ``op`` with ``keyset`` passes through, in order, ending at its kernel."""
-    table = dispatch_table(op)
+def key_path(op: str | torch._ops.OpOverload, keyset: list[str],
+             table: dict[str, TableEntry] | None = None) -> list[Step]:
+    """The keys a call of ``op`` with ``keyset`` passes through, in order, ending at its kernel.
+
+    ``table`` is ``op``'s dispatch table if the caller has it already (read now otherwise).
+    """
+    table = dispatch_table(op) if table is None else table
     steps: list[Step] = []
     for key in keyset:
         if key in _OBSERVER_KEYS:
@@ -142,25 +157,48 @@ class DispatchTrace:
         return self.text()
 
 
+def _without_reissuing_autocast(order: list[str], table: dict[str, TableEntry]) -> list[str]:
+    """``order`` without the autocast keys at which the operator has a kernel of its own (not a fallthrough).
+
+    An autocast kernel never passes its call on: it casts the arguments and calls the operator again
+    with its own key excluded. The call that goes on to a backend is that second one, whose key set
+    lacks the autocast key, so the key is no step of it.
+    """
+    return [k for k in order if not (k.startswith("Autocast") and k in table and table[k].kind != "fallthrough")]
+
+
+def call_keys(name: str, tensors: list[torch.Tensor], table: dict[str, TableEntry] | None = None) -> list[str]:
+    """The key set a call of operator ``name`` on ``tensors`` had when it entered the dispatcher.
+
+    What the dispatcher computes for each call: the tensors' keys, plus the thread-local include set,
+    minus the thread-local exclude set, both as they were when this call entered (inside a
+    ``TorchDispatchMode`` the current sets exclude every key above ``Python``; the dispatcher's
+    snapshot of them is read instead). Highest priority first, without the observer's own keys.
+    """
+    from .._torch_private import dispatch_tls_on_entry
+
+    ks = torch._C.DispatchKeySet(torch._C.DispatchKey.Undefined)
+    for t in tensors:
+        ks = ks | torch._C._dispatch_keys(t)
+    include, exclude = dispatch_tls_on_entry()
+    order = [k for k in keys((ks | include) - exclude) if k not in _OBSERVER_KEYS]
+    return _without_reissuing_autocast(order, dispatch_table(name) if table is None else table)
+
+
 class _Observer(TorchDispatchMode):
-    def __init__(self, trace: DispatchTrace, tls_exclude, tls_include) -> None:
+    def __init__(self, trace: DispatchTrace) -> None:
         super().__init__()
         self.trace = trace
-        self.exclude = tls_exclude
-        self.include = tls_include
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         from ..profiler import hooks
 
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-        ks = torch._C.DispatchKeySet(torch._C.DispatchKey.Undefined)
-        for t in tensors:
-            ks = ks | torch._C._dispatch_keys(t)
-        # what the dispatcher computes: (tensor keys | TLS include) - TLS exclude
-        order = [k for k in keys((ks | self.include) - self.exclude) if k not in _OBSERVER_KEYS]
         name = _qualified(func)
-        rec = CallRecord(name, sorted({str(t.device) for t in tensors}), order, key_path(name, order))
+        table = dispatch_table(name)
+        order = call_keys(name, tensors, table)  # this call's own key set, not the one when the trace began
+        rec = CallRecord(name, sorted({str(t.device) for t in tensors}), order, key_path(name, order, table))
         self.trace.calls.append(rec)
         ran: list[tuple[str, str]] = []
         previous = hooks.recorder
@@ -195,10 +233,13 @@ class _KernelSpy:
 
 
 def trace(fn, *args, **kwargs) -> DispatchTrace:
-    """Run ``fn(*args, **kwargs)`` and record each operator's dispatch path and kernel."""
+    """Run ``fn(*args, **kwargs)`` and record each operator's dispatch path and kernel.
+
+    Every operator call that reaches a backend is listed, with the keys it walked: each call's path
+    comes from that call's own key set (see :func:`call_keys`), so ``no_grad``, ``inference_mode`` or
+    ``autocast`` switched on inside ``fn`` show from the first call they apply to.
+    """
     result = DispatchTrace()
-    exclude = torch._C._dispatch_tls_local_exclude_set()
-    include = torch._C._dispatch_tls_local_include_set()
-    with _Observer(result, exclude, include):
+    with _Observer(result):
         fn(*args, **kwargs)
     return result

@@ -7,6 +7,17 @@ A :class:`Drawing` holds DOT source and renders it with, in order of preference:
 2. the system's ``dot`` (Debian's ``graphviz`` package);
 3. nothing: the drawing then shows its DOT source with a note saying how to
    get a renderer, instead of failing.
+
+Fonts. Graphviz sizes every box from the width of its label *in the font the DOT names*, measured
+with built-in metrics; the reader's browser then draws the SVG with whatever font it has under that
+name. If it has none (no Helvetica on most Linux machines), it falls back to another, often wider,
+and the labels overflow their boxes. So every drawing is laid out and drawn in one font,
+:data:`FONT` (DejaVu Sans: Graphviz knows its metrics, and nearly every Linux desktop has it):
+:meth:`Drawing.svg` sets it as the default of the graph, its nodes and edges, replaces the sans-serif
+fonts a DOT source names (Helvetica, Arial) by it, and writes :data:`FONT_FAMILY` into the SVG: the
+measured font first, then one with the same widths, then narrower ones (Liberation Sans, Arial,
+Helvetica). A browser without DejaVu Sans (on macOS or Windows, say) draws the labels a little
+smaller than their boxes, never larger.
 """
 
 from __future__ import annotations
@@ -16,11 +27,22 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.fx
+
+#: The font every drawing is measured and drawn in (see the module's docstring).
+FONT = "DejaVu Sans"
+#: The SVG's font list: the measured font, fonts with its widths, then narrower ones (labels still fit).
+FONT_FAMILY = "DejaVu Sans,Bitstream Vera Sans,Liberation Sans,Arial,Helvetica,sans-serif"
+#: Font names a DOT source may give that Drawing replaces by FONT (sans-serif fonts Graphviz measures narrower).
+_SANS_NAMES = r"(?:Helvetica|Arial|Liberation Sans|sans-serif|sans)"
+_SANS = re.compile(rf'fontname\s*=\s*(?:"{_SANS_NAMES}"|{_SANS_NAMES}(?=[\s,;\]]))', re.IGNORECASE)
+_SVG_FONT = re.compile(r'font-family="DejaVu Sans(?:,[^"]*)?"')
 
 KIND_STYLE = {
     "placeholder": ("ellipse", "#dbeafe"),
@@ -58,11 +80,13 @@ class Drawing:
         r = renderer()
         if r is None:
             return None
-        out = subprocess.run([r[1], "-Tsvg"], input=self.dot.encode(), capture_output=True, timeout=60)
+        out = subprocess.run([r[1], "-Tsvg"], input=in_lab_font(self.dot).encode(), capture_output=True,
+                             timeout=60)
         if out.returncode != 0:
             raise RuntimeError(f"{r[0]} failed: {out.stderr.decode()[:500]}")
         text = out.stdout.decode()
         text = text[text.index("<svg"):] if "<svg" in text else text
+        text = _SVG_FONT.sub(f'font-family="{FONT_FAMILY}"', text)
         return fit_svg(text, self.max_width_px) if self.max_width_px else text
 
     def _repr_svg_(self) -> str | None:
@@ -80,6 +104,16 @@ class Drawing:
         svg = self.svg()
         path.write_text(svg if svg is not None and path.suffix == ".svg" else self.dot)
         return path
+
+
+def in_lab_font(dot: str) -> str:
+    """The DOT source laid out in :data:`FONT`: the default of the graph, its nodes and edges, and in place of
+    the sans-serif fonts the source names. Other fonts a source names (a monospace one, say) are kept."""
+    brace = dot.find("{")
+    if brace < 0:
+        return dot
+    defaults = f' graph [fontname="{FONT}"]; node [fontname="{FONT}"]; edge [fontname="{FONT}"];'
+    return _SANS.sub(f'fontname="{FONT}"', dot[: brace + 1] + defaults + dot[brace + 1:])
 
 
 _SVG_SIZE = re.compile(r'<svg width="([\d.]+)(pt|px)?" height="([\d.]+)(pt|px)?"')
@@ -129,14 +163,61 @@ def _esc(text: str) -> str:
 
 
 def describe_value(val: object) -> str:
-    """'f32[4, 8]' for a tensor (or fake tensor), tuples joined, '' otherwise."""
-    if isinstance(val, torch.Tensor):
+    """'f32[4, 8]' for a tensor (a fake tensor, or ShapeProp's metadata of one), tuples joined, '' otherwise."""
+    from torch.fx.passes.shape_prop import TensorMetadata
+
+    if isinstance(val, (torch.Tensor, TensorMetadata)):
         dt = {torch.float32: "f32", torch.float64: "f64", torch.int64: "i64", torch.bool: "bool",
               torch.int32: "i32", torch.float16: "f16"}.get(val.dtype, str(val.dtype).replace("torch.", ""))
         return f"{dt}{list(val.shape)}"
     if isinstance(val, (tuple, list)):
-        return ", ".join(describe_value(v) for v in val if isinstance(v, torch.Tensor))
+        return ", ".join(describe_value(v) for v in val if isinstance(v, (torch.Tensor, TensorMetadata)))
     return ""
+
+
+def _sizes(value: object) -> str:
+    """A size as short text: '2x3' for (2, 3), '3' for 3."""
+    if isinstance(value, (tuple, list)):
+        return "x".join(str(v) for v in value)
+    return str(value)
+
+
+def module_summary(module: torch.nn.Module) -> str:
+    """A module's type with the sizes that tell it apart: 'Linear(4→8)', 'Conv2d(3→16, 3x3)', 'ReLU'."""
+    name = type(module).__name__
+    if isinstance(module, torch.nn.Linear):
+        return f"{name}({module.in_features}→{module.out_features})"
+    if isinstance(module, torch.nn.modules.conv._ConvNd):
+        return f"{name}({module.in_channels}→{module.out_channels}, {_sizes(module.kernel_size)})"
+    if isinstance(module, torch.nn.Embedding):
+        return f"{name}({module.num_embeddings}, {module.embedding_dim})"
+    if isinstance(module, torch.nn.LayerNorm):
+        return f"{name}({_sizes(module.normalized_shape)})"
+    if isinstance(module, torch.nn.GroupNorm):
+        return f"{name}({module.num_groups}, {module.num_channels})"
+    if hasattr(module, "num_features") and isinstance(module.num_features, int):  # batch/instance norm
+        return f"{name}({module.num_features})"
+    if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+        return f"{name}(p={module.p})"
+    if isinstance(module, (torch.nn.modules.pooling._MaxPoolNd, torch.nn.modules.pooling._AvgPoolNd)):
+        return f"{name}({_sizes(module.kernel_size)})"
+    return name
+
+
+def _module_label(g: torch.fx.Graph, node: torch.fx.Node) -> str:
+    """A call_module node as 'layers.0 · Linear(4→8)': the submodule's qualified name and what it is.
+
+    The node's own name goes on a line above when it is not just the qualified name in Python spelling (the
+    second call of a module, say).
+    """
+    target = str(node.target)
+    owner = g.owning_module
+    try:
+        label = f"{target} · {module_summary(owner.get_submodule(target))}" if owner is not None else target
+    except AttributeError:
+        label = target
+    pythonic = target.replace(".", "_")
+    return label if node.name in (pythonic, f"_{pythonic}") else f"{node.name}\n{label}"
 
 
 def _target_name(node: torch.fx.Node) -> str:
@@ -174,7 +255,10 @@ def fx_lines(g: torch.fx.Graph, prefix: str = "", max_nodes: int = 150,
         info = describe_value(val)
         target = _target_name(n)
         plain = n.op in ("placeholder", "output", "get_attr") or n.name.startswith(target.split(".")[0])
-        label = n.name if plain else f"{n.name}\n{target}"
+        if n.op == "call_module":
+            label = _module_label(g, n)
+        else:
+            label = n.name if plain else f"{n.name}\n{target}"
         if info:
             label += f"\n{info}"
         if notes and n.name in notes:
@@ -200,18 +284,43 @@ def draw_fx(graph: torch.fx.Graph | torch.fx.GraphModule, title: str = "", max_n
     AOTAutograd's incoming gradients (placeholders named ``tangents_*``) are green, other inputs blue.
     """
     g = graph.graph if isinstance(graph, torch.fx.GraphModule) else graph
-    lines = ["digraph G {", '  rankdir=TB; node [fontname="Helvetica", fontsize=10, style=filled];',
-             '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
+    lines = ["digraph G {", f'  rankdir=TB; node [fontname="{FONT}", fontsize=10, style=filled];',
+             f'  edge [fontname="{FONT}", fontsize=8, color="#6b7280"];']
     if title:
-        lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
+        lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="{FONT}";')
     lines += fx_lines(g, max_nodes=max_nodes)
     lines.append("}")
     return Drawing("\n".join(lines), title)
 
 
-def draw_autograd(t: torch.Tensor, title: str = "autograd graph") -> Drawing:
-    """Draw the ``grad_fn`` graph behind a tensor (autograd's backward graph)."""
-    lines = ["digraph G {", '  rankdir=BT; node [fontname="Helvetica", fontsize=10, style=filled];']
+def _leaf_names(names: Mapping[str, torch.Tensor] | torch.nn.Module | None, frame: Any) -> dict[int, str]:
+    """id(tensor) -> name, from ``names`` or else from the variables of the caller's frame (locals first)."""
+    if isinstance(names, torch.nn.Module):
+        names = dict(names.named_parameters())
+    if names is None:
+        names = {}
+        for scope in (frame.f_globals, frame.f_locals) if frame is not None else ():
+            names.update({k: v for k, v in scope.items() if isinstance(v, torch.Tensor) and not k.startswith("_")})
+    found: dict[int, str] = {}
+    for name in sorted(names, key=str):
+        if isinstance(names[name], torch.Tensor):
+            found.setdefault(id(names[name]), str(name))
+    return found
+
+
+def draw_autograd(t: torch.Tensor, title: str = "autograd graph",
+                  names: Mapping[str, torch.Tensor] | torch.nn.Module | None = None) -> Drawing:
+    """Draw the ``grad_fn`` graph behind a tensor (autograd's backward graph).
+
+    Each leaf's ``AccumulateGrad`` node says which tensor it fills: its name and shape, e.g. ``w: f32[3]``.
+    Names come from ``names`` (a dict of tensors by name, or a module, whose parameters are named), or,
+    without it, from the variables of the code that calls ``draw_autograd``; a leaf with no name is
+    drawn as ``leaf: f32[3]``.
+    """
+    import sys
+
+    known = _leaf_names(names, sys._getframe(1) if names is None else None)
+    lines = ["digraph G {", f'  rankdir=BT; node [fontname="{FONT}", fontsize=10, style=filled];']
     lines.append(f'  label="{_esc(title)}"; labelloc=t;')
     seen: dict[object, str] = {}
     stack = [t.grad_fn] if t.grad_fn is not None else []
@@ -225,7 +334,8 @@ def draw_autograd(t: torch.Tensor, title: str = "autograd graph") -> Drawing:
         color = "#dcfce7" if name == "AccumulateGrad" else "#f3f4f6"
         label = name
         if name == "AccumulateGrad":
-            label += f"\n{describe_value(fn.variable)}"
+            leaf = fn.variable
+            label += f"\n{known.get(id(leaf), 'leaf')}: {describe_value(leaf)}"
         lines.append(f'  {nid} [label="{_esc(label)}", shape=box, fillcolor="{color}"];')
         for nxt, _ in fn.next_functions:
             if nxt is not None:

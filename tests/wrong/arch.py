@@ -94,6 +94,9 @@ WRONG: dict[str, list[str]] = {
         "    return y / y.sum(dim=1, keepdim=True)",
         # normalises over the wrong dimension
         "def softmax_rows(x):\n    y = x.exp()\n    return y / y.sum(dim=0, keepdim=True)",
+        # replaces the function instead of repairing it (the text: keep exp and the division)
+        "def softmax_rows(x):\n    return torch.softmax(x, dim=1)",
+        "def softmax_rows(x):\n    return x.softmax(dim=-1)",
     ],
     "arch.custom_function": [
         # forgets the product rule: dL/dx = grad_out * s
@@ -116,6 +119,12 @@ WRONG: dict[str, list[str]] = {
         # backward ignores grad_out (right only when the loss is a plain sum)
         _FN % (_FWD, "        x, beta, s = ctx.saved_tensors\n        ds = s * (1 - s)\n"
                      "        return s + x * beta * ds, (x * x * ds).sum_to_size(beta.shape)"),
+        # lets autograd differentiate the forward again inside backward (the text: by hand, no autograd there)
+        _FN % ("        ctx.save_for_backward(x, beta)\n        return x * torch.sigmoid(beta * x)\n",
+               "        x, beta = ctx.saved_tensors\n        with torch.enable_grad():\n"
+               "            xd, bd = x.detach().requires_grad_(), beta.detach().requires_grad_()\n"
+               "            y = xd * torch.sigmoid(bd * xd)\n"
+               "            return torch.autograd.grad(y, (xd, bd), grad_out)"),
         # no Function at all: autograd of the expression (no node of its own)
         "class SlopedSwish(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, x, beta):\n"
         "        return x * torch.sigmoid(beta * x)\n    @staticmethod\n    def backward(ctx, g):\n"

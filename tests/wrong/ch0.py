@@ -140,5 +140,19 @@ WRONG: dict[str, list[str]] = {
         _HEAD + _EXPORT + _SESSION + "    def run(*inputs):\n"
         "        feeds = {names[0]: inputs[0].detach().cpu().numpy()}\n"
         "        return torch.from_numpy(session.run(None, feeds)[0]).to(inputs[0].device)\n    return run\n",
+        # runs the session (and throws its result away), then returns what the PyTorch copy computes
+        _HEAD + _EXPORT + _SESSION + "    def run(*inputs):\n"
+        "        feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, inputs)}\n"
+        "        session.run(None, feeds)  # 'make sure the file runs'\n"
+        "        device = next(frozen.parameters()).device\n"
+        "        with torch.no_grad():\n"
+        "            return frozen(*(x.to(device) for x in inputs)).to(inputs[0].device)\n    return run\n",
+        # a new session on every call (the text: load the model into a session once, in deploy)
+        _HEAD + _EXPORT + "    model_bytes = program.model_proto.SerializeToString()\n"
+        "    def run(*inputs):\n"
+        "        session = _ort.InferenceSession(model_bytes, providers=['CPUExecutionProvider'])\n"
+        "        names = [i.name for i in session.get_inputs()]\n"
+        "        feeds = {n: x.detach().cpu().numpy() for n, x in zip(names, inputs)}\n"
+        "        return torch.from_numpy(session.run(None, feeds)[0]).to(inputs[0].device)\n    return run\n",
     ],
 }

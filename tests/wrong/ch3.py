@@ -58,6 +58,12 @@ WRONG: dict[str, list[str]] = {
         "        result = super().run_node(n)\n        if isinstance(result, (tuple, list)):\n"
         "            n.meta['shape'] = tuple(tuple(getattr(r, 'shape', ())) for r in result)\n"
         "        else:\n            n.meta['shape'] = tuple(getattr(result, 'shape', ()))\n        return result",
+        # lets ShapeProp do the work and copies its tensor_meta (the text: record the shapes yourself)
+        "from torch.fx.passes.shape_prop import ShapeProp as _SP\n"
+        "class ShapeInterpreter(_SP):\n    def run_node(self, n):\n        result = super().run_node(n)\n"
+        "        meta = n.meta.get('tensor_meta')\n        if meta is not None:\n"
+        "            n.meta['shape'] = tuple(meta.shape) if hasattr(meta, 'shape') else "
+        "tuple(tuple(m.shape) for m in meta)\n        return result",
         # records the shape but forgets to return the value
         "class ShapeInterpreter(torch.fx.Interpreter):\n    def run_node(self, n):\n"
         "        result = super().run_node(n)\n        if isinstance(result, torch.Tensor):\n"

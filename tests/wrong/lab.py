@@ -9,12 +9,17 @@ WRONG: dict[str, list[str]] = {
         # forgets that PyTorch treats size-0 dimensions as size 1
         "def contiguous_strides(shape):\n    out, step = [], 1\n    for s in reversed(shape):\n"
         "        out.append(step)\n        step *= s\n    return tuple(reversed(out))",
+        # right answers, by asking PyTorch (the text: work it out, no tensor)
+        "def contiguous_strides(shape):\n    return tuple(torch.empty(shape).stride())",
     ],
     "lab.block_bytes": [
         "def block_bytes(shape, dtype):\n    n = 1\n    for s in shape:\n        n *= s\n"
         "    return n * torch.empty((), dtype=dtype).element_size()",  # forgets the rounding
         "def block_bytes(shape, dtype):\n    n = 1\n    for s in shape:\n        n *= s\n"
         "    return (n * 4 + 511) // 512 * 512",  # assumes float32
+        # measures instead of predicting: allocates on npu and reads the counter
+        "def block_bytes(shape, dtype):\n    before = torch.npu.memory_allocated()\n"
+        "    t = torch.empty(shape, dtype=dtype, device='npu')\n    return torch.npu.memory_allocated() - before",
     ],
     "lab.leaky_relu_kernel": [
         # right values, but the input is overwritten on the way (x is the kernel's input: read it only)
@@ -53,6 +58,13 @@ WRONG: dict[str, list[str]] = {
         "                m = gm.graph.call_function(torch.ops.aten.mul.Tensor, (n.args[0], n.args[0]))\n"
         "            n.replace_all_uses_with(m)\n            gm.graph.erase_node(n)\n"
         "    gm.recompile()\n    return gm",  # rewrites every exponent, also 3
+        # matches the exponent as the int 2 only: x ** 2.0 (a float 2.0) is a square too
+        "def square_to_mul(gm):\n    for n in list(gm.graph.nodes):\n"
+        "        if n.target == torch.ops.aten.pow.Tensor_Scalar and type(n.args[1]) is int and n.args[1] == 2:\n"
+        "            with gm.graph.inserting_before(n):\n"
+        "                m = gm.graph.call_function(torch.ops.aten.mul.Tensor, (n.args[0], n.args[0]))\n"
+        "            n.replace_all_uses_with(m)\n            gm.graph.erase_node(n)\n"
+        "    gm.recompile()\n    return gm",
         "def square_to_mul(gm):\n    for n in list(gm.graph.nodes):\n"
         "        if n.target == torch.ops.aten.pow.Tensor_Scalar and n.args[1] == 2:\n"
         "            n.target = torch.ops.aten.mul.Tensor\n            n.args = (n.args[0], n.args[0])\n"
