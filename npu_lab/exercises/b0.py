@@ -29,5 +29,5 @@ question("b0.out_contiguous", "For -t.T, the negation of a transposed view, is t
          why="PyTorch allocates out as empty_like(self), which keeps the layout of a view that covers its memory "
              "densely: the transpose's strides (1, 3)", choices=(True, False))
 question("b0.neg_us", "How many microseconds of simulated device time does torch.neg(t), on 6 elements, take?",
-         why="time = launch + max(FLOPs / peak, bytes / bandwidth): the 4 us launch latency dwarfs 6 FLOPs and "
-             "48 bytes", rtol=0.05)
+         why="time = launch + max(FLOPs / peak, bytes / bandwidth): the 4 us launch is far longer than the time of "
+             "6 FLOPs and 48 bytes", rtol=0.05)

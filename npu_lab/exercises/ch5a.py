@@ -49,7 +49,7 @@ chapter("ch5a", "Dispatch modes, FakeTensor and functionalization", [
 question("ch5a.sees_backward",
          "A dispatch mode is active around loss.backward(). Does it see the backward's ATen calls (True or False)?",
          why="the backward runs ATen operators through the dispatcher like the forward, and autograd carries the "
-             "thread's mode stack to the thread it runs the backward on",
+             "thread's state, its mode stack included, to whichever thread runs the backward",
          choices=(True, False))
 question("ch5a.fake_bytes",
          "Under FakeTensorMode an nn.Linear(8192, 8192) is built on npu and runs a batch of 64. How many bytes "

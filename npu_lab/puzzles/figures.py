@@ -95,7 +95,7 @@ def walk_figure(runs: Mapping[str, Stats], inputs: tuple[str, str] = ("a", "b"),
     """One row per debug run of a matrix product: reads per element of each input, and the output's split.
 
     Each input is coloured by how many times its elements were read (one colour scale for the whole figure,
-    logarithmic); the tiles ``block`` loaded are outlined in red and numbered in the order it loaded them.
+    logarithmic); the tiles ``block`` loaded are outlined in orange and numbered in the order it loaded them.
     The output is shaded by which block computed each part (alternating shades), ``block``'s part outlined.
     """
     import matplotlib.pyplot as plt
@@ -147,13 +147,13 @@ def walk_figure(runs: Mapping[str, Stats], inputs: tuple[str, str] = ("a", "b"),
                 ax.add_patch(Rectangle((c.min() - 0.5, r.min() - 0.5), c.max() - c.min() + 1, r.max() - r.min() + 1,
                                        fill=False, ec="#D55E00", lw=1.6))
         which = block[0] if len(block) == 1 else block
-        ax.set_title(f"{output} {s.shapes[output]}: the parts of {len(order)} blocks,\nblock {which}'s part in red",
+        ax.set_title(f"{output} {s.shapes[output]}: the parts of {len(order)} blocks,\nblock {which}'s part in orange",
                      fontsize=9, loc="left")
         for ax in axes[row]:
             ax.tick_params(labelsize=8)
     if image is not None:
         bar = fig.colorbar(image, ax=[axes[-1][0], axes[-1][1]], location="bottom", shrink=0.7, aspect=40)
-        bar.set_label(f"reads per element of {' and '.join(inputs)} (log scale); red: the tiles block {which} loaded, "
-                      "in order", fontsize=9)
+        bar.set_label(f"reads per element of {' and '.join(inputs)} (log scale); orange: the tiles block {which} "
+                      "loaded, in order", fontsize=9)
         bar.ax.tick_params(labelsize=8)
     return fig
