@@ -25,7 +25,7 @@ def execute(path: Path, timeout: int = 300) -> float:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as home:
         os.environ["NPU_LAB_HOME"] = home
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", coalesce_streams=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     nbformat.write(nb, path)
     return time.perf_counter() - start
