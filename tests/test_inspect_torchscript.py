@@ -61,3 +61,33 @@ def test_record_warnings_names_the_users_line():
     tracer = log.unique("TracerWarning")
     assert [w.source for w in tracer] == ["if h.sum() > 0:"]
     assert log.of("DeprecationWarning") and "raised at: if h.sum() > 0:" in str(tracer[0])
+
+
+def test_loop_edges_name_what_they_carry():
+    """A prim::Loop's edges say what flows along them: trip count, counter, carried values in and out."""
+    d = ts.draw_script(_script(_Branchy()))
+    for label in ('label="trip count"', 'label="h (initial)"', 'label="h (carried)"', 'label="next h"',
+                  'label="h (after the loop)"'):
+        assert label in d.dot, label
+    unlabelled_from_loop = [line for line in d.dot.splitlines()
+                            if "->" in line and "label=" not in line and line.strip().startswith('"n')
+                            and any(f'"{n}" ->' in line for n in _loop_ids(d.dot))]
+    assert not unlabelled_from_loop, unlabelled_from_loop
+
+
+def _loop_ids(dot: str) -> list[str]:
+    import re
+
+    return re.findall(r'"(n\d+)" \[label="loop"', dot)
+
+
+def test_a_wide_drawing_fits_a_notebook():
+    """A drawing wider than a notebook (an if inside a loop: 920 px) is scaled down to 860 px, its layout kept."""
+    import re
+
+    from npu_lab.exercises.ch2 import Running
+
+    svg = ts.draw_script(_script(Running()), "an if inside a loop").svg()
+    value, unit = re.search(r'<svg width="([\d.]+)(pt|px)"', svg).groups()
+    width = float(value) * (4 / 3 if unit == "pt" else 1)
+    assert 800 < width <= 860, width

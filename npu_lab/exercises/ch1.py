@@ -4,7 +4,8 @@ Four exercises:
 
 * ``ch1.count_graphs`` - compile a function with a counting backend and report, after each call of
   a call sequence, how many graphs Dynamo has compiled so far;
-* ``ch1.any_batch`` - compile a function so that one graph serves every batch size, 1 included;
+* ``ch1.serving`` - compile a function so that one graph serves every batch size and sequence length, 1
+  included, while the widths stay constants of the graph;
 * ``ch1.decayed_step`` - a training step whose learning rate decays with the step number recompiles
   on every call when the step number is a Python value; keep it compiled once;
 * ``ch1.silu_backend`` - build a ``torch.compile`` backend of your own that rewrites every
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +28,7 @@ import torch._dynamo
 from torch import nn
 
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.references import measured
 from ..grading.registry import chapter, exercise
 from ..grading.structure import CompileCounter
@@ -38,10 +41,35 @@ chapter("ch1", "torch.compile: PyTorch 2's entry point", [
     "Dynamo captures an FX graph and guards, AOTAutograd lowers it to ATen graphs, the backend compiles them",
     "The first call pays for compiling; later calls check guards and reuse the code; Inductor caches on disk",
     "A failed guard recompiles: a new dtype always, a new shape until that dimension becomes dynamic",
-    "dynamic=True or mark_dynamic compile one graph for every size (sizes 0 and 1 are still specialised)",
+    "dynamic=True or mark_dynamic compile one graph for every size from 2 up (sizes 0 and 1 are still specialised)",
+    "An unbacked dimension (mark_unbacked) has no value Dynamo may look at: one graph for every size, 0 and 1 too",
     "Python values a function reads (globals, counters, list lengths) are guarded: keep changing values in tensors",
     "Compiling pays for fusible work called many times, not for tiny or one-shot calls, recompiles or graph breaks",
 ])
+
+
+question("ch1.sizes",
+         "row_norm compiled with the default settings (dynamic=None) and called with batch sizes 4, 8, 16, 3, 1 and "
+         "32 (width 8): how many graphs does Dynamo compile?",
+         why="4 compiles a static graph; 8 fails its size guard and compiles a graph whose batch size is a symbol "
+             "(16 and 3 reuse it); 1 is specialised, a graph of its own; 32 reuses the dynamic graph: 3 graphs")
+question("ch1.unbacked",
+         "row_norm with dimension 0 marked unbacked on every input, called with batch sizes 4, 8, 1, 16 and 0: how "
+         "many graphs does Dynamo compile?",
+         why="an unbacked size has no value Dynamo may look at while tracing, so nothing can specialise it, not even "
+             "to 0 or 1: one general graph serves every size")
+question("ch1.mlp_launches",
+         "How many kernels does the npu backend launch for one call of the compiled MLP 64-256-256-10 (eager "
+         "launches 5: addmm, relu, addmm, relu, addmm)?",
+         why="the pattern pass fuses each addmm with the relu that follows it into one linear_relu kernel, and the "
+             "last addmm has no relu after it: 3 kernels (matrix products do not fuse with each other)")
+question("ch1.fastest_mode",
+         "On the gpu-like chip (about 6 us of host time per launch), which finishes one call of the small MLP with a "
+         "batch of 8 first: eager, the default compile or reduce-overhead?",
+         why="the host is the bottleneck: eager issues 5 launches and the default compile 3, each slower to issue "
+             "than its kernel runs; reduce-overhead replays the whole graph with one launch, so the device runs its "
+             "kernels back to back",
+         choices=("eager", "default", "reduce-overhead"))
 
 
 class RunCounter(CompileCounter):
@@ -104,18 +132,6 @@ def _sum_all(xs: list[torch.Tensor]) -> torch.Tensor:
     for t in xs[1:]:
         total = total + t
     return total * 2
-
-
-def _gated(x: torch.Tensor) -> torch.Tensor:
-    return torch.tanh(x) * torch.sigmoid(x.sum(dim=-1, keepdim=True))
-
-
-def _pairwise(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.where(x > y, x - y, (y - x) * 0.5).sum(dim=-1)
-
-
-def _softmax_scores(x: torch.Tensor) -> torch.Tensor:
-    return torch.softmax(x * 0.5, dim=-1) + x.mean(dim=0)
 
 
 def _seeded_mlp() -> nn.Module:
@@ -194,6 +210,12 @@ def _count_graphs(t: Tester, count_graphs) -> None:
         ("an nn.Module on batch sizes 2, 3, 5 with dynamic=True",
          _seeded_mlp(), _tensors((2, 6), (3, 6), (5, 6)), {"dynamic": True}, True,
          "a module compiles like a function"),
+        ("row_norm with dynamic=True, batch sizes 4, 1, 8, 1", _row_norm, _tensors((4, 8), (1, 8), (8, 8), (1, 8)),
+         {"dynamic": True}, True, "dynamic=True still specialises a batch of 1: count what the backend receives"),
+        ("x * k + 1 with k = 0, 1, ..., 9 and dynamic=False (more values than recompile_limit)", _scale,
+         [(randn(3, 4), k) for k in range(10)], {"dynamic": False}, True,
+         "after torch._dynamo.config.recompile_limit graphs Dynamo stops compiling the function and runs it "
+         "eagerly: count the graphs the backend really received, do not work them out from the arguments"),
     ]
     expected = _expected_counts(cases)
     # No reset between the learner's calls: each must start from a fresh Dynamo state itself, because
@@ -205,67 +227,163 @@ def _count_graphs(t: Tester, count_graphs) -> None:
     torch._dynamo.reset()
 
 
-# --- 2. one graph for every batch size ------------------------------------------------------------
+# --- 2. one graph for every batch size and sequence length ---------------------------------------
 
-def _drive_batches(make: Callable[..., Any], fn: Any, batches: Sequence[tuple]) -> tuple[RunCounter, list]:
-    """Compile ``fn`` with the learner's ``make`` (fresh Dynamo state) and call it on every batch."""
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The mean of each sequence's rows over its unmasked positions: (B, T, W), (B, T) -> (B, W)."""
+    m = mask.to(x.dtype).unsqueeze(-1)
+    return (x * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+def _decode_attention(q: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    """One decoding step: the new positions (B, Q, W) attend to the cached ones (B, T, W)."""
+    scores = q @ cache.transpose(1, 2) / q.shape[-1] ** 0.5
+    return torch.softmax(scores, dim=-1) @ cache
+
+
+def _scaled_shift(x: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """tanh(x * scale + bias), where scale and bias (1, 1, W) broadcast over batch and sequence."""
+    return torch.tanh(x * scale + bias)
+
+
+def _self_attention(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x @ x.transpose(1, 2) * 0.25, dim=-1) @ x
+
+
+class _Block(nn.Module):
+    """A residual block on the last dimension: LayerNorm(relu(Linear(x)) + x)."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.lin = nn.Linear(width, width)
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(torch.relu(self.lin(x)) + x)
+
+
+@dataclass(frozen=True)
+class _ServingCase:
+    """A function (or a module class), its inputs' shapes ("B", "T": the batch size and sequence length of a
+    call; "W": a width; "Q": a length that is always 1 while serving), which of their dimensions vary, and the
+    (B, T) of each call."""
+
+    desc: str
+    fn: Any
+    shapes: tuple[tuple[Any, ...], ...]
+    varying: tuple[tuple[int, ...], ...]
+    calls: tuple[tuple[int, int], ...]
+    device: str
+    hidden: bool
+    about: str
+    width: int = 8
+    masks: tuple[int, ...] = ()  # inputs that are boolean masks
+    #: one more call where these fixed sizes differ (a static size must compile a new graph); None: no such call
+    probe: tuple[tuple[str, int], ...] | None = (("W", 5),)
+
+
+_SERVING_CASES = [
+    _ServingCase("masked_mean(x (B, T, 8), mask (B, T))", _masked_mean, (("B", "T", "W"), ("B", "T")),
+                 ((0, 1), (0, 1)), ((2, 5), (4, 3), (1, 6), (3, 1), (1, 1)), "cpu", False, "", masks=(1,)),
+    _ServingCase("decode_attention(q (B, 1, 8), cache (B, T, 8))", _decode_attention,
+                 (("B", "Q", "W"), ("B", "T", "W")), ((0,), (0, 1)), ((2, 4), (2, 5), (1, 9), (5, 1)), "cpu", False,
+                 "q's dimension 1 is always 1 while serving: it does not vary, so it stays a constant of the graph: ",
+                 probe=(("Q", 2),)),
+    _ServingCase("scaled_shift(x (B, T, 6), scale (1, 1, 6), bias (1, 1, 6))", _scaled_shift,
+                 (("B", "T", "W"), (1, 1, "W"), (1, 1, "W")), ((0, 1), (), ()), ((1, 1), (3, 4), (2, 2), (5, 1)),
+                 "cpu", True, "scale and bias have no dimension that varies (their 1s broadcast over the batch and "
+                 "the sequence), and the first call is a batch of 1 with sequences of length 1: ", width=6,
+                 probe=(("W", 4),)),
+    _ServingCase("a module (Linear, LayerNorm) on npu tensors x (B, T, 8)", _Block, (("B", "T", "W"),), ((0, 1),),
+                 ((1, 1), (3, 7), (8, 8), (2, 1)), "npu", True,
+                 "fn is an nn.Module on npu tensors; the first call has B = T = 1, a later one B = T = 8 (the width): ",
+                 probe=None),
+    _ServingCase("self-attention of x (B, T, 8) on npu", _self_attention, (("B", "T", "W"),), ((0, 1),),
+                 ((8, 8), (3, 5), (1, 1), (6, 2)), "npu", True,
+                 "the first call has B = T = 8, the same as the width (dynamic=True would give them one symbol, "
+                 "duck sizing), and a batch of 1 with a sequence of 1 comes later: "),
+]
+
+
+def _serving_inputs(case: _ServingCase, b: int, t: int, seed: int,
+                    fixed: tuple[tuple[str, int], ...] = ()) -> tuple[torch.Tensor, ...]:
+    sizes = {"B": b, "T": t, "W": case.width, "Q": 1, **dict(fixed)}
+    out = []
+    for i, shape in enumerate(case.shapes):
+        dims = [sizes.get(d, d) for d in shape]
+        x = randn(*dims, seed=seed + i)
+        out.append((x > 0.3 if i in case.masks else x).to(case.device))
+    return tuple(out)
+
+
+def _drive_serving(make: Callable[..., Any], fn: Any, varying: tuple, calls: Sequence[tuple],
+                   probe: tuple | None) -> tuple[int, int, list, int, Any]:
+    """Compile ``fn`` with the learner's ``make`` (fresh Dynamo state) and call it on every input tuple: the graphs
+    compiled and the runs of compiled code over those calls, and their results; then call it once more on
+    ``probe`` (inputs whose fixed sizes differ): the graphs that call compiled, and its result."""
     torch._dynamo.reset()
     counter = RunCounter()
-    compiled = make(fn, counter)
-    if not callable(compiled):
-        raise TypeError(f"compile_for_any_batch returned {type(compiled).__name__}, not something callable")
-    outs = [compiled(*args) for args in batches]
-    return counter, outs
+    serve = make(fn, counter, varying)
+    if not callable(serve):
+        raise TypeError(f"compile_for_serving returned {type(serve).__name__}, not something callable")
+    outs = [serve(*args) for args in calls]
+    graphs, runs = counter.frames, counter.runs
+    probed = serve(*probe) if probe is not None else None
+    return graphs, runs, outs, counter.frames - graphs, probed
 
 
-@exercise("ch1.any_batch", "One compiled graph for every batch size, 1 included", names=["compile_for_any_batch"],
-          timeout=60)
-def _any_batch(t: Tester, compile_for_any_batch) -> None:
-    cases = [
-        ("tanh(x) * sigmoid(row sums), x of (B, 8)", _gated, [(4,), (16,), (1,), (3,), (33,)], "cpu", False,
-         "batch size 1 arrives third: "),
-        ("where(x > y, ...).sum(-1) of two inputs (B, 6)", _pairwise, [(4,), (12,), (7,), (1,)], "cpu", False,
-         "two inputs share the batch size, and a batch of 1 comes last: "),
-        ("softmax(x / 2) + x.mean(0) on npu tensors (B, 10)", _softmax_scores, [(1,), (9,), (17,), (2,)], "npu",
-         True, "npu tensors, x.mean(0) reduces over the batch dimension itself, and the *first* batch has size 1: "),
-        ("an MLP module 6 -> 16 -> 3", _seeded_mlp(), [(5,), (32,), (7,), (2,)], "cpu", True,
-         "fn is an nn.Module this time (torch.compile takes modules too), and batch size 2 comes last: "),
-    ]
-    for desc, fn, sizes, device, hidden, about in cases:
-        n_inputs = 2 if fn is _pairwise else 1
-        width = {_gated: 8, _pairwise: 6, _softmax_scores: 10}.get(fn, 6)
-        batches = [tuple(randn(b, width, seed=10 * i + j, device=device) for j in range(n_inputs))
-                   for i, (b,) in enumerate(sizes)]
+def _host(values: list) -> list:
+    return [v.detach().cpu() if isinstance(v, torch.Tensor) else v for v in values]
+
+
+@exercise("ch1.serving", "One graph for every batch size and sequence length, 1 included",
+          names=["compile_for_serving"], timeout=90)
+def _serving(t: Tester, compile_for_serving) -> None:
+    for k, case in enumerate(_SERVING_CASES):
+        calls = [_serving_inputs(case, b, n, seed=20 * k + 3 * i) for i, (b, n) in enumerate(case.calls)]
+        probe = _serving_inputs(case, 3, 4, seed=20 * k + 17, fixed=case.probe) if case.probe else None
+        fn = case.fn().to(case.device) if isinstance(case.fn, type) else case.fn  # a module class: a new module
         with torch.no_grad():
-            expected = [fn(*args).cpu() for args in batches]  # compared on the host (the device is checked apart)
-        label = f"{desc}, batch sizes {', '.join(str(b) for (b,) in sizes)}"
+            expected = [fn(*args).cpu() for args in calls]
+            expected_probe = fn(*probe).cpu() if probe is not None else None
+        label = f"{case.desc}, (B, T) = {', '.join(f'({b}, {n})' for b, n in case.calls)}"
         with _quiet_dynamo(), torch.no_grad():
-            outcome = t.call(_drive_batches, compile_for_any_batch, fn, batches)
+            outcome = t.call(_drive_serving, compile_for_serving, fn, case.varying, calls, probe)
         torch._dynamo.reset()
         if not outcome.ok:
-            t.error(f"compile_for_any_batch({desc}) and calls", outcome, hidden=hidden,
-                    hint=about + "return a callable taking the same arguments as fn, compiled with the `backend` "
-                                 "you are given (a dimension marked dynamic that arrives with size 1 is an error: "
-                                 "Dynamo specialises 0 and 1)")
+            t.error(f"compile_for_serving({case.desc}, backend, varying={case.varying}) and its calls", outcome,
+                    hidden=case.hidden,
+                    hint=case.about + "return a callable taking the same inputs as fn, compiled with the `backend` "
+                                      "you are given; mark exactly the dimensions `varying` names on the inputs "
+                                      "(a mark is set on a tensor object, before the call that compiles), and no "
+                                      "other (a dimension of size 1 that broadcasts must not be marked)")
             continue
-        counter, outs = outcome.value
+        graphs, runs, outs, probe_graphs, probed = outcome.value
         devices = sorted({o.device.type if isinstance(o, torch.Tensor) else type(o).__name__ for o in outs})
-        t.expect(f"{label}: the results stay on {device}", devices == [device], hidden=hidden,
-                 expected=device, got=", ".join(devices), hint=about + "return the results on the inputs' device")
-        t.case(f"{label}: the results equal eager", lambda o=outs: [v.cpu() if isinstance(v, torch.Tensor) else v
-                                                                   for v in o],
-               expected=expected, hidden=hidden, atol=1e-5,
-               hint=about + "the compiled function must compute what fn computes")
-        t.expect(f"{label}: exactly one graph compiled", counter.frames == 1, hidden=hidden,
-                 expected="1 graph", got=f"{counter.frames} graph(s)",
-                 hint=about + ("0 graphs: compile with the `backend` you are given" if counter.frames == 0 else
-                               "dynamic=True and mark_dynamic make the batch size symbolic but still specialise "
-                               "the sizes 0 and 1, so a batch of 1 compiles a graph of its own; a symbolic size "
-                               "Dynamo may never specialise is an *unbacked* one (see torch._dynamo.decorators), "
-                               "or keep a batch of 1 from ever reaching the graph"))
-        t.expect(f"{label}: every call ran the compiled graph", counter.runs == len(batches), hidden=hidden,
-                 expected=f"{len(batches)} runs of compiled code", got=f"{counter.runs}",
-                 hint=about + "the compiled function must be what runs on every call (not fn itself)")
+        t.expect(f"{label}: the results stay on {case.device}", devices == [case.device], hidden=case.hidden,
+                 expected=case.device, got=", ".join(devices), hint=case.about + "return fn's results as they are")
+        t.case(f"{label}: the results equal fn's", lambda o=outs: _host(o), expected=expected, hidden=case.hidden,
+               atol=1e-5, hint=case.about + "the compiled function must compute what fn computes")
+        t.expect(f"{label}: exactly one graph compiled", graphs == 1, hidden=case.hidden,
+                 expected="1 graph", got=f"{graphs} graph(s)",
+                 hint=case.about + ("0 graphs: compile with the `backend` you are given" if graphs == 0 else
+                                    "a dimension left static recompiles when its size changes; mark_dynamic and "
+                                    "dynamic=True keep specialising the sizes 0 and 1 (and dynamic=True ties "
+                                    "dimensions of equal size together); an unbacked dimension is never specialised"))
+        t.expect(f"{label}: every call ran the compiled graph", runs == len(calls), hidden=case.hidden,
+                 expected=f"{len(calls)} runs of compiled code", got=f"{runs}",
+                 hint=case.about + "the compiled function must be what runs on every call (not fn itself)")
+        if probe is not None:
+            sizes = ", ".join(str(tuple(p.shape)) for p in probe)
+            t.expect(f"{case.desc}: a call with other fixed sizes ({sizes}) compiles a new graph", probe_graphs == 1,
+                     hidden=case.hidden, expected="1 new graph: the fixed sizes are constants of the graph",
+                     got=f"{probe_graphs} new graph(s)",
+                     hint=case.about + "only the dimensions `varying` names may be symbolic; every other one stays a "
+                                       "constant the backend can specialise on (do not mark it, and do not compile "
+                                       "with dynamic=True, which makes every dimension symbolic)")
+            t.case(f"{case.desc}: that call's result", lambda p=probed: _host([p])[0], expected=expected_probe,
+                   hidden=case.hidden, atol=1e-5, hint=case.about + "the compiled function must compute what fn does")
 
 
 # --- 3. a decaying learning rate without recompiles -------------------------------------------------
@@ -378,6 +496,16 @@ def _across_a_break(x: torch.Tensor) -> torch.Tensor:
     return a.sigmoid() * a
 
 
+def _method_mul(x: torch.Tensor) -> torch.Tensor:
+    h = x + 1
+    return x.mul(x.sigmoid()) - torch.mul(torch.sigmoid(h), h)
+
+
+def _shared_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    s = torch.sigmoid(x)
+    return x * s + s * x
+
+
 class _GatedLinear(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -435,8 +563,12 @@ _SILU_CASES = [
      "the sigmoid is used again after the product: rewrite the product, keep the sigmoid for its other user: "),
     ("x * torch.sigmoid(x), a graph break, then a.sigmoid() * a", _across_a_break, [(5, 3)], 2, (2, 0, 0), True,
      "a graph break splits the function into two graphs: your backend is called once for each: "),
-    ("an nn.Module: h = linear(x); h * torch.sigmoid(h)", _GatedLinear(), [(3, 6)], 1, (1, 0, 0), True,
+    ("an nn.Module: h = linear(x); h * torch.sigmoid(h)", _GatedLinear, [(3, 6)], 1, (1, 0, 0), True,
      "fn is a module with parameters: "),
+    ("x.mul(x.sigmoid()) - torch.mul(torch.sigmoid(h), h), h = x + 1", _method_mul, [(4, 5)], 1, (2, 0, 0), True,
+     "the product as the mul method, and torch.mul with the sigmoid first: "),
+    ("s = torch.sigmoid(x); x * s + s * x", _shared_sigmoid, [(3, 3)], 1, (2, 0, 0), True,
+     "one sigmoid used by two products: both become silu, and the sigmoid goes once nothing uses it: "),
 ]
 
 
@@ -444,8 +576,8 @@ _SILU_CASES = [
           names=["silu_backend"], timeout=90)
 def _silu_backend(t: Tester, silu_backend) -> None:
     for i, (desc, fn, shapes, graphs, (silu, sigmoid, mul), hidden, about) in enumerate(_SILU_CASES):
-        if isinstance(fn, nn.Module):
-            fn = fn.to("npu")
+        if isinstance(fn, type):  # a module class: a new module (made here, so that importing seeds nothing)
+            fn = fn().to("npu")
         inputs = tuple(randn(*shape, seed=40 + 3 * i + j, device="npu") for j, shape in enumerate(shapes))
         with torch.no_grad():
             expected = fn(*inputs).detach().cpu()

@@ -1,17 +1,16 @@
 """Chapter 2: TorchScript - trace and script, the IR, control flow, save/load, and its successor.
 
-Five exercises:
+Four exercises:
 
 * ``ch2.graph_ops`` - count the nodes of a TorchScript graph by kind, the nodes inside
   ``prim::If``/``prim::Loop`` blocks included;
 * ``ch2.fix_trace`` - a traced model silently takes one branch for every input; deploy it as
   TorchScript that keeps the branch (its backbone cannot be scripted, so trace that part only);
 * ``ch2.script_loop`` - a model that loops over its input's length: make it scriptable (types),
-  script it and save a TorchScript archive that loads and matches eager at every length;
+  script it and save a TorchScript archive that a CPU server (a process with only ``torch``) loads and
+  runs, matching eager at every length;
 * ``ch2.export_cond`` - replace the TorchScript deployment by ``torch.export``: ``torch.cond``
-  for the branch, a dynamic batch dimension, a ``.pt2`` archive that round-trips;
-* ``ch2.fuse_linear`` - build a TorchScript graph pass: ``x @ w.t() + b`` becomes one ``aten::linear``
-  in a scripted module and its submodules, and the fused module saves, loads and runs on the npu.
+  for the branch, a dynamic batch dimension, a ``.pt2`` archive that round-trips.
 
 The models the exercises work on (:class:`Screen`, :class:`Backbone`, :class:`Smoother`) are
 defined here so the notebooks can import them.
@@ -34,6 +33,7 @@ import torch
 from torch import nn
 
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
 from ..inspect.torchscript import record_warnings
@@ -45,9 +45,30 @@ chapter("ch2", "TorchScript: trace, script, save, and what replaced it", [
     "Scripting keeps control flow as prim::If and prim::Loop nodes with nested blocks",
     "TorchScript is a statically typed subset of Python: annotate non-Tensor arguments, Optional, no try/**kwargs",
     "Trace what has no control flow and script what has; the two mix in one module",
-    "torch.jit.save writes code plus weights that load without the Python class, npu weights included",
+    "torch.jit.save writes code plus weights that load without the Python class; weights saved from npu load only "
+    "where the npu is registered, so a CPU server gets an archive saved from a CPU copy",
     "TorchScript is deprecated: torch.export (torch.cond for branches) deploys, torch.compile speeds up",
 ])
+
+
+question("ch2.traced_branch",
+         "Gate traced on x_pos (the relu * 2 branch): does the traced module give eager's result on x_neg, which "
+         "takes the sigmoid branch?",
+         why="the trace recorded the operators of the one branch x_pos took; the `if` became a constant, so on x_neg "
+             "the traced module still computes relu(h) * 2, and no error says so")
+question("ch2.unrolled",
+         "Accumulate traced on a sequence of 3 rows: how many aten::tanh nodes does the traced graph have?",
+         why="the Python loop ran 3 times while the tracer recorded: the trace holds one copy of the step per row "
+             "of the example, 3 tanh nodes, and a longer sequence still gets 3 steps")
+question("ch2.loop_body",
+         "Accumulate scripted: how many aten::tanh nodes does its graph have?",
+         why="scripting compiles the loop itself: one prim::Loop node whose body block holds the step once, whatever "
+             "the length of the input")
+question("ch2.plain_load",
+         "An archive saved by torch.jit.save with its weights on npu: does a Python process that imports only torch "
+         "load it with map_location='cpu'?",
+         why="the archive names the device of every tensor, and the name npu exists only where a package registered "
+             "it: the plain process fails on the name before map_location applies; save a CPU copy to deploy")
 
 
 @contextlib.contextmanager
@@ -219,7 +240,7 @@ def _all_nodes(block: Any) -> Iterator[Any]:
             yield from _all_nodes(inner)
 
 
-def kinds_of(obj: Any) -> Counter:
+def _kinds_of(obj: Any) -> Counter:
     """Every node kind of ``obj``'s inlined graph, blocks included, without ``prim::Constant``."""
     return Counter(n.kind() for n in _all_nodes(_graph_of(obj)) if n.kind() != "prim::Constant")
 
@@ -254,6 +275,12 @@ def _clip(x: torch.Tensor, limit: float) -> torch.Tensor:
     while bool(x.abs().max() > limit):
         x = x * 0.5
     return x
+
+
+def _checked_sqrt(x: torch.Tensor) -> torch.Tensor:
+    if bool(x.min() < 0):
+        raise ValueError("negative input")
+    return x.sqrt()
 
 
 def _kinds_ok(got: Any, expected: Counter) -> tuple[bool, str]:
@@ -296,6 +323,7 @@ def _graph_ops(t: Tester, graph_ops) -> None:
             ("torch.jit.trace(models.SmallCNN() on npu)",
              torch.jit.trace(seeded(models.SmallCNN, device="npu"), (randn(1, 3, 32, 32, device="npu"),),
                              check_trace=False), True),
+            ("a scripted function that raises on a negative input", torch.jit.script(_checked_sqrt), True),
         ]
     hidden_hints = {
         "torch.jit.script(models.mlp())": "a scripted nn.Sequential: read module.inlined_graph (the submodules' "
@@ -305,9 +333,12 @@ def _graph_ops(t: Tester, graph_ops) -> None:
             "of every node at every depth",
         "torch.jit.trace(models.SmallCNN() on npu)": "a traced module: no blocks, but many submodules; count the "
                                                      "inlined graph's nodes by kind (prim::Constant left out)",
+        "a scripted function that raises on a negative input":
+            "some nodes have no output at all (the prim::If whose branch raises, prim::RaiseException): they are "
+            "nodes too, count them by kind like the others",
     }
     for desc, module, hidden in cases:
-        expected = kinds_of(module)
+        expected = _kinds_of(module)
         nested = sum(expected.values()) - sum(_top_level_kinds(module).values())
         case_hint = hint if not hidden else hidden_hints[desc]
         if nested:
@@ -336,13 +367,27 @@ def unchanged(before: tuple, after: tuple) -> bool:
                for a, b in zip(before[1], after[1]))
 
 
-def _deploy_logged(deploy: Any, model: nn.Module, example: torch.Tensor) -> tuple[Any, list[str], bool]:
+#: The methods of the given classes, as the exercise gives them ("do not change Screen or Backbone").
+_GIVEN_METHODS = {(cls, name): getattr(cls, name) for cls in (Screen, Backbone) for name in ("forward", "__init__")}
+
+
+def _changed_classes() -> list[str]:
+    """The given classes' methods that were replaced since import (each is put back as it was)."""
+    changed = []
+    for (cls, name), method in _GIVEN_METHODS.items():
+        if cls.__dict__.get(name) is not method:
+            changed.append(f"{cls.__name__}.{name}")
+            setattr(cls, name, method)
+    return changed
+
+
+def _deploy_logged(deploy: Any, model: nn.Module, example: torch.Tensor) -> tuple[Any, list[str], bool, list[str]]:
     before = fingerprint(model)
     with record_warnings() as log:
         deployed = deploy(model, example)
     tracer = [f"{w.message[:70]}... at `{w.source}`" if w.source else w.message[:90]
               for w in log.unique() if w.category == "TracerWarning"]
-    return deployed, tracer, unchanged(before, fingerprint(model))
+    return deployed, tracer, unchanged(before, fingerprint(model)), _changed_classes()
 
 
 def _is_script(obj: Any) -> bool:
@@ -357,6 +402,7 @@ def _fix_trace(t: Tester, deploy) -> None:
         ("Screen(), example takes the damping branch", 0, 6, 0.3, 4, True, False),
         ("Screen(features=5, threshold=0.25), other weights", 3, 5, 0.25, 3, False, True),
         ("Screen(threshold=0.25), other weights, example damped", 7, 6, 0.25, 2, True, True),
+        ("Screen(features=4), an example of one row", 11, 4, 0.3, 1, False, True),
     ]
     for desc, seed, features, threshold, batch, example_branch, hidden in cases:
         about = (f"(here a Screen with other weights, features={features}, threshold={threshold}: deploy the model "
@@ -374,17 +420,21 @@ def _fix_trace(t: Tester, deploy) -> None:
                     hint="torch.jit.script(model) fails on the backbone's ModuleDict; trace the backbone "
                          "(it has no control flow), then script the model around it")
             continue
-        deployed, tracer, kept = outcome.value
+        deployed, tracer, kept, classes = outcome.value
         t.expect(f"deploy({desc}) leaves the model it was given unchanged", kept, hidden=hidden,
                  expected="the same submodules, weights and settings", got="unchanged" if kept else "changed",
                  hint="deploy the model you are given without changing it: work on a copy (copy.deepcopy(model)) "
                       "before replacing its backbone with a traced one")
+        t.expect(f"deploy({desc}) leaves the classes Screen and Backbone as they are", not classes, hidden=hidden,
+                 expected="their methods unchanged", got="replaced: " + ", ".join(classes) if classes else "unchanged",
+                 hint="do not rewrite Screen or Backbone (every other Screen in the program would change too): "
+                      "trace the backbone, which has no control flow, and script the model around it")
         if not _is_script(deployed):
             t.expect(f"deploy({desc}) returns TorchScript", False, hidden=hidden,
                      expected="a torch.jit.ScriptModule", got=short(deployed),
                      hint="return the result of torch.jit.script (or torch.jit.trace), not the eager model")
             continue
-        kinds = kinds_of(deployed)
+        kinds = _kinds_of(deployed)
         t.expect(f"{desc}: no TracerWarning while deploying", not tracer, hidden=hidden,
                  expected="no TracerWarning", got="; ".join(tracer)[:300] or "none",
                  hint="a TracerWarning means the trace turned a tensor into a Python value - here the branch "
@@ -407,59 +457,120 @@ def _fix_trace(t: Tester, deploy) -> None:
 
 # --- 3. script a loop, save, load -----------------------------------------------------------------
 
-def _save_and_load(save_smoother: Any, model: nn.Module) -> tuple[str, Any]:
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "smoother.pt")
-        save_smoother(model, path)
-        if not os.path.exists(path):
-            return "nothing was written to the path", None
+#: Run in a fresh Python process that imports only torch (as a CPU server would): load the archive with a plain
+#: ``torch.jit.load(path)`` and run it on each input; the results (or what failed) go to a file.
+_PLAIN_PROBE = """
+import sys
+import torch
+archive, inputs, outputs = sys.argv[1:4]
+try:
+    module = torch.jit.load(archive)
+except Exception as err:
+    results = f"torch.jit.load(path) failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"
+else:
+    results = []
+    for x in torch.load(inputs):
         try:
-            with quiet_jit():
-                loaded = torch.jit.load(path, map_location="cpu")
-        except Exception as e:  # noqa: BLE001 - the message is the result
-            return f"torch.jit.load failed: {str(e).splitlines()[0][:150]}", None
-    return "", loaded
+            with torch.no_grad():
+                results.append(module(x))
+        except Exception as err:
+            results.append(f"{type(err).__name__}: {str(err).strip().splitlines()[0][:160]}")
+torch.save(results, outputs)
+"""
 
 
-@exercise("ch2.script_loop", "Script a model that loops over its input, save it, load it", names=["save_smoother"],
-          timeout=60)
+def _in_a_plain_process(archive: str, inputs: list[torch.Tensor], timeout: float = 90.0) -> list | str:
+    """Load ``archive`` in a new Python process that has only ``torch`` (no npu_lab, no npu device) and run it on
+    ``inputs`` (CPU tensors): the outputs, or a sentence saying what failed."""
+    import subprocess
+    import sys
+
+    with tempfile.TemporaryDirectory() as folder:
+        given, got = os.path.join(folder, "inputs.pt"), os.path.join(folder, "outputs.pt")
+        torch.save([x.cpu() for x in inputs], given)
+        env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}  # no device package may load itself
+        try:
+            run = subprocess.run([sys.executable, "-W", "ignore", "-c", _PLAIN_PROBE, archive, given, got],
+                                 capture_output=True, text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return f"the archive did not finish within {timeout:.0f} s in a plain process"
+        if not os.path.exists(got):
+            lines = run.stderr.strip().splitlines()
+            return "the plain process failed: " + (lines[-1][:200] if lines else f"exit code {run.returncode}")
+        return torch.load(got, weights_only=True)
+
+
+def _save(save_smoother: Any, model: nn.Module, path: str) -> tuple[str, Any, bool]:
+    """The learner's save_smoother writes to ``path``; then this process loads it as torch.jit.load(path) would."""
+    before = fingerprint(model)
+    save_smoother(model, path)
+    kept = unchanged(before, fingerprint(model))
+    if not os.path.exists(path):
+        return "nothing was written to the path", None, kept
+    try:
+        with quiet_jit():
+            loaded = torch.jit.load(path)
+    except Exception as e:  # noqa: BLE001 - the message is the result
+        return f"torch.jit.load failed: {str(e).splitlines()[0][:150]}", None, kept
+    return "", loaded, kept
+
+
+@exercise("ch2.script_loop", "Script a model that loops over its input, save it for a CPU server",
+          names=["save_smoother"], timeout=120)
 def _script_loop(t: Tester, save_smoother) -> None:
     cases = [("Smoother() on npu", 0, 4, (1, 3, 6), False),
              ("Smoother(features=3) on npu, other weights", 5, 3, (2, 9, 12), True)]
-    for desc, seed, features, lengths, hidden in cases:
-        about = ("(here Smoother(features=3) with other weights: build the typed module with the model's own "
-                 "feature count, model.mix.in_features // 2, and copy its weights) ") if hidden else ""
-        model = seeded(Smoother, seed, "npu", features=features)
-        probes = []
-        for n in lengths:
-            x = randn(n, features, seed=seed + n, device="npu")
-            with torch.no_grad():
-                probes.append((n, x.cpu(), model(x).cpu()))
-        outcome = t.call(_save_and_load, save_smoother, model)
-        if not outcome.ok:
-            t.error(f"save_smoother({desc}, path)", outcome, hidden=hidden,
-                    hint="script a version of the model TorchScript can type (Optional[Tensor] state, a typed "
-                         "list), copy the weights, move it to the CPU, torch.jit.save it to `path`")
-            continue
-        problem, loaded = outcome.value
-        if loaded is None:
-            t.expect(f"{desc}: torch.jit.load(path) gives a module", False, hidden=hidden,
-                     expected="a TorchScript archive at `path`", got=problem,
-                     hint="script the typed model (weights copied with load_state_dict) and torch.jit.save it to "
-                          "exactly the `path` you were given")
-            continue
-        kinds = kinds_of(loaded)
-        t.expect(f"{desc}: the loop is in the saved graph (prim::Loop)", kinds.get("prim::Loop", 0) >= 1,
-                 hidden=hidden, expected="a prim::Loop node", got=f"{kinds.get('prim::Loop', 0)} prim::Loop node(s)",
-                 hint="torch.jit.trace unrolls the loop for the example's length (no warning!); script it")
-        t.expect(f"{desc}: runs without Python (no prim::PythonOp)", "prim::PythonOp" not in kinds, hidden=hidden,
-                 expected="no prim::PythonOp", got=f"{kinds.get('prim::PythonOp', 0)} prim::PythonOp node(s)",
-                 hint="do not @torch.jit.ignore the forward: write it in TorchScript's typed subset instead")
-        for n, x, want in probes:
-            t.case(f"{desc}: the loaded module on a sequence of length {n} (cpu)", lambda x, m=loaded: m(x), x,
-                   expected=want, hidden=hidden, atol=1e-5,
-                   hint=about + "the saved module must compute what model(x) computes: same weights "
-                                "(load_state_dict), same gate formula, one output row per input row")
+    with tempfile.TemporaryDirectory() as folder:
+        for k, (desc, seed, features, lengths, hidden) in enumerate(cases):
+            about = ("(here Smoother(features=3) with other weights: build the typed module with the model's own "
+                     "feature count, model.mix.in_features // 2, and copy its weights) ") if hidden else ""
+            model = seeded(Smoother, seed, "npu", features=features)
+            probes = []
+            for n in lengths:
+                x = randn(n, features, seed=seed + n, device="npu")
+                with torch.no_grad():
+                    probes.append((n, x.cpu(), model(x).cpu()))
+            path = os.path.join(folder, f"smoother_{k}.pt")
+            outcome = t.call(_save, save_smoother, model, path)
+            if not outcome.ok:
+                t.error(f"save_smoother({desc}, path)", outcome, hidden=hidden,
+                        hint="script a version of the model TorchScript can type (Optional[Tensor] state), copy the "
+                             "weights into a CPU copy, torch.jit.save it to `path`")
+                continue
+            problem, loaded, kept = outcome.value
+            t.expect(f"save_smoother({desc}, path) leaves the model it was given unchanged", kept, hidden=hidden,
+                     expected="the model still on npu, with its weights", got="unchanged" if kept else "changed",
+                     hint="model.cpu() and model.to(...) move the caller's model in place: copy the weights into a "
+                          "module of your own (load_state_dict) or work on copy.deepcopy(model)")
+            if loaded is None:
+                t.expect(f"{desc}: torch.jit.load(path) gives a module", False, hidden=hidden,
+                         expected="a TorchScript archive at `path`", got=problem,
+                         hint="script the typed model (weights copied with load_state_dict) and torch.jit.save it "
+                              "to exactly the `path` you were given")
+                continue
+            kinds = _kinds_of(loaded)
+            t.expect(f"{desc}: the loop is in the saved graph (prim::Loop)", kinds.get("prim::Loop", 0) >= 1,
+                     hidden=hidden, expected="a prim::Loop node",
+                     got=f"{kinds.get('prim::Loop', 0)} prim::Loop node(s)",
+                     hint="torch.jit.trace unrolls the loop for the example's length (no warning!); script it")
+            t.expect(f"{desc}: runs without Python (no prim::PythonOp)", "prim::PythonOp" not in kinds,
+                     hidden=hidden, expected="no prim::PythonOp",
+                     got=f"{kinds.get('prim::PythonOp', 0)} prim::PythonOp node(s)",
+                     hint="do not @torch.jit.ignore the forward: write it in TorchScript's typed subset instead")
+            served = _in_a_plain_process(path, [x for _, x, _ in probes])
+            if isinstance(served, str) or len(served) != len(probes):
+                t.expect(f"{desc}: a CPU server (a Python process with only torch) loads the archive", False,
+                         hidden=hidden, expected="torch.jit.load(path) gives a module there",
+                         got=served if isinstance(served, str) else f"{len(served)} results",
+                         hint="an archive records the device of every weight, and a process without npu_lab "
+                              "does not know the device npu (not even with map_location): save a module whose "
+                              "weights are on the CPU")
+                continue
+            for (n, _, want), got in zip(probes, served):
+                t.case(f"{desc}: on the CPU server, a sequence of length {n}", lambda g=got: g, expected=want,
+                       hidden=hidden, atol=1e-5,
+                       hint=about + "the saved module must compute what model(x) computes: same weights "
+                                    "(load_state_dict), same gate formula, one output row per input row")
 
 
 # --- 4. torch.export with torch.cond ----------------------------------------------------------------
@@ -547,162 +658,3 @@ def _export_cond(t: Tester, export_screen) -> None:
             t.case(f"{desc}: saved, loaded, moved to npu, batch of {b}, {which} branch", lambda x, m=npu_run: m(x), x,
                    expected=want, hidden=hidden, atol=1e-5,
                    hint="the loaded program's .module() is an nn.Module: .to('npu') moves its weights")
-
-
-# ---------------------------------------------------------------------------------------------
-# ch2.fuse_linear: a pass over TorchScript graphs
-# ---------------------------------------------------------------------------------------------
-
-class Affine(nn.Module):
-    """``x @ w.t() + b``, the pattern the pass fuses."""
-
-    def __init__(self, n_in: int = 4, n_out: int = 3, seed: int = 0) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.w = nn.Parameter(torch.randn(n_out, n_in, generator=g))
-        self.b = nn.Parameter(torch.randn(n_out, generator=g))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.w.t() + self.b
-
-
-class BiasFirst(Affine):
-    """The bias first, ``torch.matmul`` spelled out, then a relu."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.relu(self.b + torch.matmul(x, self.w.t()))
-
-
-class ScaledBias(Affine):
-    """``torch.add(x @ w.t(), b, alpha=2)``: not a linear (the bias counts twice)."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.add(x @ self.w.t(), self.b, alpha=2)
-
-
-class NoTranspose(nn.Module):
-    """``x @ w + b`` with ``w`` stored (in, out): a linear would need ``w.t()``, so it is not the pattern."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(3)
-        self.w = nn.Parameter(torch.randn(4, 4, generator=g))
-        self.b = nn.Parameter(torch.randn(4, generator=g))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.w + self.b
-
-
-class TwoLayers(nn.Module):
-    """Two Affine submodules and a pattern of its own."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first = Affine(4, 4, seed=5)
-        self.second = BiasFirst(4, 3, seed=6)
-        g = torch.Generator().manual_seed(7)
-        self.skip = nn.Parameter(torch.randn(3, 4, generator=g))
-        self.skip_b = nn.Parameter(torch.randn(3, generator=g))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.first(x)
-        return self.second(h) + (x @ self.skip.t() + self.skip_b)
-
-
-def _all_graph_kinds(module: Any) -> Counter:
-    """Node kinds over the forward graphs of a scripted module and all its submodules (blocks included)."""
-    kinds: Counter = Counter()
-    for sub in module.modules():
-        graph = getattr(sub, "graph", None)
-        if isinstance(graph, torch._C.Graph):
-            for kind in ("aten::linear", "aten::matmul", "aten::t"):
-                kinds[kind] += len(graph.findAllNodes(kind))
-    return kinds
-
-
-def _fused_run(fuse_linear: Any, make: type, x: torch.Tensor) -> dict[str, Any]:
-    """Script a fresh model, run the learner's pass on it, save and load the result, run it on the npu.
-
-    TorchScript compiles one type per module class and shares its graphs between all instances: a pass
-    changes them for every later script of that class. The cache of types is emptied first, so each run
-    starts from freshly compiled graphs (and the learner's notebook sees its own again afterwards).
-    """
-    _fresh_script_types()
-    try:
-        return _fused_run_fresh(fuse_linear, make, x)
-    finally:
-        _fresh_script_types()
-
-
-def _fresh_script_types() -> None:
-    torch.jit._recursive.concrete_type_store.type_store.clear()
-
-
-def _fused_run_fresh(fuse_linear: Any, make: type, x: torch.Tensor) -> dict[str, Any]:
-    scripted = torch.jit.script(make())
-    out = fuse_linear(scripted)
-    if not isinstance(out, torch.jit.ScriptModule):
-        raise TypeError(f"fuse_linear returned {type(out).__name__}, not the scripted module")
-    kinds = _all_graph_kinds(out)
-    buffer = io.BytesIO()
-    torch.jit.save(out, buffer)
-    buffer.seek(0)
-    loaded = torch.jit.load(buffer).to("npu")
-    from .. import transfer_stats
-    from ..device import fallback
-
-    fell, moved = dict(fallback.counts), transfer_stats()
-    y = loaded(x)
-    after = transfer_stats()
-    crossed = sum(after[k] - moved[k] for k in ("host_to_device_bytes", "device_to_host_bytes"))
-    fallbacks = sorted(k for k, v in fallback.counts.items() if v != fell.get(k, 0))
-    return {"kinds": dict(kinds), "loaded": dict(_all_graph_kinds(loaded)), "out": y.detach().cpu(),
-            "device": y.device.type, "crossed": crossed, "fallbacks": fallbacks}
-
-
-#: (description, model class, (linear, matmul) expected after the pass, hidden, about)
-_FUSE_CASES = [
-    ("x @ w.t() + b", Affine, (1, 0), False, ""),
-    ("relu(b + torch.matmul(x, w.t()))", BiasFirst, (1, 0), False, "the bias comes first this time: "),
-    ("torch.add(x @ w.t(), b, alpha=2)", ScaledBias, (0, 1), True,
-     "alpha=2 adds the bias twice: linear(x, w, b) would add it once, so this add must stay: "),
-    ("x @ w + b, w stored (in, out)", NoTranspose, (0, 1), True,
-     "there is no aten::t before the matmul: linear(x, w, b) would compute x @ w.t() + b, another value: "),
-    ("two Affine submodules and a pattern of its own", TwoLayers, (3, 0), True,
-     "the submodules have forward graphs of their own (their graph is called through prim::CallMethod): "
-     "run the pass on every submodule's graph too: "),
-]
-
-
-@exercise("ch2.fuse_linear", "A TorchScript graph pass: x @ w.t() + b becomes aten::linear",
-          names=["fuse_linear"], timeout=60)
-def _fuse_linear(t: Tester, fuse_linear) -> None:
-    for i, (desc, make, (linear, matmul), hidden, about) in enumerate(_FUSE_CASES):
-        x = randn(2, 4, seed=60 + i)
-        with torch.no_grad():
-            expected = make()(x).detach()  # eager, on the CPU
-        outcome = t.call(_fused_run, fuse_linear, make, x.to("npu"))
-        if not outcome.ok:
-            t.error(f"fuse_linear(torch.jit.script({make.__name__}())), saved, loaded, run on npu", outcome,
-                    hidden=hidden, hint=about + "change module.graph (and each submodule's graph) in place with "
-                                                "graph.create('aten::linear', [x, w, b]), insert it, move the uses "
-                                                "of the add to it, then remove the dead nodes; return the module")
-            continue
-        run = outcome.value
-        kinds = run["kinds"]
-        got = (kinds.get("aten::linear", 0), kinds.get("aten::matmul", 0))
-        t.expect(f"{desc}: aten::linear and aten::matmul nodes after your pass", got == (linear, matmul),
-                 hidden=hidden, expected=f"{linear} linear, {matmul} matmul",
-                 got=f"{got[0]} linear, {got[1]} matmul",
-                 hint=about + "fuse aten::add(aten::matmul(x, aten::t(w)), b, 1), the add's operands in either order, "
-                              "and nothing else; remove the replaced nodes (torch._C._jit_pass_dce)")
-        loaded = run["loaded"]
-        t.expect(f"{desc}: the saved and loaded module keeps the fusion",
-                 loaded.get("aten::linear", 0) == linear, hidden=hidden, expected=f"{linear} linear after load",
-                 got=f"{loaded.get('aten::linear', 0)}", hint=about + "torch.jit.save writes the graphs you changed")
-        t.case(f"{desc}: values of the loaded module on npu", lambda r=run: r["out"], expected=expected,
-               hidden=hidden, rtol=1e-4, atol=1e-5, hint=about + "the fused module must compute what the model does")
-        t.expect(f"{desc}: runs on npu", run["device"] == "npu" and run["crossed"] == 0 and not run["fallbacks"],
-                 hidden=hidden, expected="an npu result, 0 bytes between host and npu, no CPU fallback",
-                 got=f"result on {run['device']}, {run['crossed']} bytes, fallbacks {run['fallbacks']}",
-                 hint=about + "keep the graph free of device moves (no .cpu() nodes)")

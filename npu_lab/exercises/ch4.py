@@ -28,6 +28,7 @@ from torch.nn import functional as F
 
 from .. import compiler, lazy, models
 from ..grading.inputs import randn
+from ..grading.predictions import question
 from ..grading.registry import chapter, exercise
 from ..grading.tester import Tester, short
 from ..grading.values import check_plain, tensors_close
@@ -46,6 +47,26 @@ chapter("ch4", "Lazy tensors: record now, run at a sync point", [
     "a new compile: pass numbers as tensors, pad batches to one shape",
     "PyTorch/XLA works the same way: mark_step, an IR graph hashed into a compile cache, a metrics report",
 ])
+
+
+question("ch4.fused_launches",
+         "(x * 2).relu() + 1 recorded in lazy mode: how many kernels launch when y.cpu() runs the recorded graph "
+         "(eager mode runs three)?",
+         why="at the sync the whole recorded graph goes to the NPU compiler, which fuses the three elementwise "
+             "operators into one generated kernel: 1 launch")
+question("ch4.print_sync",
+         "Lazy mode records x.sin() * 2, prints y[0], records y.exp() and calls mark_step(): how many graphs run?",
+         why="printing needs the values, so it runs the graph recorded so far; mark_step runs the rest: 2 graphs")
+question("ch4.float_constant",
+         "Four lazy steps of (x * s).relu() with s = 0.5 * 0.9**step as a Python float, from an empty compile cache: "
+         "how many graphs are compiled?",
+         why="a Python number is a constant in the recorded graph's code, which is part of the cache key: each new "
+             "value is a new graph, 4 compiles (a 0-dim tensor is an input instead: 1 compile)")
+question("ch4.shapes",
+         "row_sums on CPU batches of 8, 8, 5, 8, 3 and 7 rows in lazy mode, one mark_step each: how many graphs are "
+         "compiled?",
+         why="input shapes are part of the cache key: one graph per distinct number of rows (8, 5, 3, 7), 4 compiles; "
+             "padding every batch to 8 rows makes it 1")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +229,7 @@ SNIPPETS: dict[str, Callable[[torch.Tensor], Any]] = {f.__name__: f for f in (
 HIDDEN_SNIPPETS = {"boolean_mask", "where_instead_of_if", "loop_with_mark_step", "round_trip_through_cpu"}
 
 
-def measure_snippet(name: str) -> tuple[int, dict[str, int]]:
+def _measure_snippet(name: str) -> tuple[int, dict[str, int]]:
     """(graphs executed, sync reasons) when ``SNIPPETS[name]`` runs in lazy mode, leaving the mode included."""
     x = randn(4, 4, seed=4).to("npu")
     before = _counters()
@@ -246,7 +267,7 @@ def _count_graphs(t: Tester, graphs) -> None:
         return
     for name in SNIPPETS:
         hidden = name in HIDDEN_SNIPPETS
-        executed, syncs = measure_snippet(name)
+        executed, syncs = _measure_snippet(name)
         answer = graphs.get(name)
         if type(answer) is not int:
             t.expect(f"graphs[{name!r}]", False, hidden=hidden, expected="an int",
@@ -549,10 +570,14 @@ def _step_closures(t: Tester, StepClosures) -> None:  # noqa: N803 - the learner
             continue
         run = outcome.value
         graphs = [g for g, _ in run["per_step"]]
-        t.expect(f"{desc}: one graph per step, closures included", all(g == 1 for g in graphs), hidden=hidden,
-                 expected=f"{[1] * len(plan)}", got=f"{graphs}; sync points {[s for _, s in run['per_step']]}",
+        syncs = [s for _, s in run["per_step"]]
+        t.expect(f"{desc}: one graph per step, run by mark_step, closures included",
+                 graphs == [1] * len(plan) and syncs == [{"mark_step": 1}] * len(plan), hidden=hidden,
+                 expected=f"graphs {[1] * len(plan)}, each step's only sync point its mark_step",
+                 got=f"graphs {graphs}; sync points {syncs}",
                  hint=about + "a closure must not read a value before the step's graph has run: .item(), .cpu() or "
-                              "float() of a lazy tensor in add() is a sync point of its own (a second graph)")
+                              "float() of a lazy tensor, in add() or before npu_lab.lazy.mark_step(), is a sync "
+                              "point of its own (it runs the graph early, or splits it in two)")
         want_at_end = [sum(1 for _, kk, _ in expected if kk <= k) for k in range(len(plan))]
         t.expect(f"{desc}: each step's closures run in its mark_step, once", run["calls_at_end"] == want_at_end,
                  hidden=hidden, expected=f"closures run so far after each step: {want_at_end}",

@@ -64,6 +64,10 @@ _STYLE = {
 }
 
 
+#: Drawings wider than this (in CSS pixels) are scaled down to it: a notebook's output area is about 900 px wide.
+_MAX_WIDTH_PX = 860
+
+
 def _type_label(value: torch._C.Value) -> str:
     t = value.type()
     if isinstance(t, torch._C.TensorType):
@@ -77,6 +81,12 @@ def _type_label(value: torch._C.Value) -> str:
     return str(t)
 
 
+def _name(value: torch._C.Value, fallback: str) -> str:
+    """A value's name in the source (``h.29`` -> ``h``), or ``fallback`` for a nameless temporary (``%12``)."""
+    name = value.debugName().split(".")[0]
+    return fallback if not name or name.isdigit() else name
+
+
 def _is_module(value: torch._C.Value) -> bool:
     return value.type().kind() == "ClassType"
 
@@ -88,7 +98,10 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
     nodes, notes parameters read with ``prim::GetAttr`` (named by their path), 3-D boxes
     ``prim::CallMethod`` calls; a ``prim::If``/``prim::Loop`` is an orange diamond with
     its blocks drawn as boxes around their nodes, and (for an ``If``) a triangle where
-    the branches' results meet. Constants are hidden unless ``constants`` is true.
+    the branches' results meet. A loop's edges are labelled with what they carry: its trip
+    count and the initial value of each loop-carried variable going in, the iteration counter
+    and the carried values inside the body, the next values going back (dashed), and each
+    variable's final value after the loop. Constants are hidden unless ``constants`` is true.
     """
     graph = _graph(obj)
     lines = ["digraph G {", '  rankdir=TB; node [fontname="Helvetica", fontsize=10, style=filled];',
@@ -96,6 +109,7 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
     if title:
         lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
     producer: dict[int, str] = {}  # value.unique() -> DOT id of what provides it
+    carried: dict[int, str] = {}  # values a prim::Loop provides (its counter, carried values) -> edge label
     paths: dict[int, str] = {}  # module-valued values -> dotted attribute path
     edges: list[str] = []
     count = {"n": 0, "shown": 0}
@@ -109,11 +123,16 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
         lines.append(f'{indent}"{nid}" [label="{_esc(label)}", shape={shape}, fillcolor="{color}"];')
         count["shown"] += 1
 
-    def connect(values: object, target: str, extra: str = "") -> None:
-        for v in values:
+    def connect(values: object, target: str, extra: str = "", labels: object = None) -> None:
+        """Edges from what provides each value to ``target``; a value a loop provides is labelled with its name
+        (``labels``: one label per value for these edges instead, "" for none)."""
+        for i, v in enumerate(values):
             src = producer.get(v.unique())
-            if src is not None:
-                edges.append(f'  "{src}" -> "{target}"{extra};')
+            if src is None:
+                continue
+            label = labels[i] if labels is not None else carried.get(v.unique(), "")
+            attrs = [a for a in (extra.strip(" []"), f'label="{_esc(label)}"' if label else "") if a]
+            edges.append(f'  "{src}" -> "{target}"' + (f" [{', '.join(attrs)}]" if attrs else "") + ";")
 
     for i, v in enumerate(graph.inputs()):
         if _is_module(v):
@@ -152,7 +171,12 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
             if kind in ("prim::If", "prim::Loop"):
                 lines.append(f'{indent}subgraph cluster_{nid} {{ label="{kind}"; style=rounded; color="#f97316";')
                 emit(indent + "  ", nid, "if" if kind == "prim::If" else "loop", "control")
-                connect(list(node.inputs())[:1] if kind == "prim::If" else node.inputs(), nid)
+                if kind == "prim::If":
+                    connect(list(node.inputs())[:1], nid)
+                else:  # (trip count, condition, initial value of each carried variable)
+                    ins = list(node.inputs())
+                    connect(ins, nid, labels=["trip count", ""] + [f"{_name(v, 'value')} (initial)"
+                                                                    for v in ins[2:]])
                 merge = None
                 if kind == "prim::If":
                     merge = new_id()
@@ -160,16 +184,20 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
                     name = ("then" if k == 0 else "else") if kind == "prim::If" else "body"
                     lines.append(f'{indent}  subgraph cluster_{nid}_{k} {{ label="{name}"; style=dashed; '
                                  'color="#9ca3af";')
-                    for p in inner.inputs():  # a loop body's counter and carried values
+                    for j, p in enumerate(inner.inputs()):  # a loop body's counter and carried values
                         producer[p.unique()] = nid
+                        carried[p.unique()] = (f"{_name(p, 'i')} (iteration)" if j == 0 else
+                                               f"{_name(p, 'value')} (carried)")
                     first = count["n"]
                     block(inner, indent + "    ")
                     lines.append(f"{indent}  }}")
                     if count["n"] > first and kind == "prim::If":
                         edges.append(f'  "{nid}" -> "n{first + 1}" [style=dashed, label="{name}"];')
                     returned = list(inner.outputs())
-                    if kind == "prim::Loop":
-                        connect(returned[1:], nid, ' [style=dashed, constraint=false, label="next"]')
+                    if kind == "prim::Loop":  # (condition, next value of each carried variable)
+                        params = list(inner.inputs())[1:]
+                        connect(returned[1:], nid, " [style=dashed, constraint=false]",
+                                labels=[f"next {_name(p, 'value')}" for p in params])
                     else:
                         connect(returned, merge)
                 if merge is not None:
@@ -177,6 +205,8 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
                 lines.append(f"{indent}}}")
                 for o in outs:
                     producer[o.unique()] = merge or nid
+                    if kind == "prim::Loop":
+                        carried[o.unique()] = f"{_name(o, 'value')} (after the loop)"
                 continue
             if kind == "prim::CallMethod":
                 target = list(node.inputs())[0]
@@ -198,7 +228,7 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
     connect(graph.outputs(), "return")
     lines.extend(edges)
     lines.append("}")
-    return Drawing("\n".join(lines), title)
+    return Drawing("\n".join(lines), title, max_width_px=_MAX_WIDTH_PX)
 
 
 # --- warnings --------------------------------------------------------------------------------

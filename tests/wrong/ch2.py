@@ -1,31 +1,9 @@
 """Plausible wrong answers to the TorchScript exercises (chapter ``ch2``).
 
 Each is run in the namespace of the executed solution notebook, which has imported ``copy``,
-``Optional``, ``torch``, ``nn``, ``Screen``, ``Smoother`` and defined ``TypedSmoother`` and
+``Optional``, ``torch``, ``nn``, ``Backbone``, ``Screen``, ``Smoother`` and defined ``TypedSmoother`` and
 ``ScreenCond`` (the solutions' helper classes).
 """
-
-#: A fuse_linear pass around its match conditions (the wrong answers differ there).
-_FUSE = ("def fuse_linear(module):\n    def fuse(graph):\n"
-         "        for mm in graph.findAllNodes('aten::matmul'):\n"
-         "            x, wt = mm.inputsAt(0), mm.inputsAt(1)\n"
-         "%(t_check)s"
-         "            for use in mm.output().uses():\n                add = use.user\n"
-         "                if add.kind() != 'aten::add'%(order)s:\n                    continue\n"
-         "%(alpha)s"
-         "                other = add.inputsAt(1) if use.offset == 0 else add.inputsAt(0)\n"
-         "                w = wt.node().inputsAt(0) if wt.node().kind() == 'aten::t' else wt\n"
-         "                lin = graph.create('aten::linear', [x, w, other])\n"
-         "                lin.insertBefore(add)\n                lin.output().setType(add.output().type())\n"
-         "                add.output().replaceAllUsesWith(lin.output())\n"
-         "%(dce)s"
-         "    for sub in %(subs)s:\n        if hasattr(sub, 'graph'):\n            fuse(sub.graph)\n"
-         "    return module")
-_FUSE_OK = {"t_check": "            if wt.node().kind() != 'aten::t':\n                continue\n", "order": "",
-            "alpha": "                a = add.inputsAt(2).node()\n"
-                     "                if a.kind() != 'prim::Constant' or a.output().toIValue() != 1:\n"
-                     "                    continue\n",
-            "dce": "        torch._C._jit_pass_dce(graph)\n", "subs": "module.modules()"}
 
 WRONG: dict[str, list[str]] = {
     "ch2.graph_ops": [
@@ -47,6 +25,20 @@ WRONG: dict[str, list[str]] = {
         # reads the printed IR: only the aten:: operators, no prim:: nodes
         "import re\nfrom collections import Counter\n"
         "def graph_ops(module):\n    return dict(Counter(re.findall(r'= (aten::\\w+)', str(module.inlined_graph))))",
+        # one level of blocks only: a prim::If inside a prim::Loop body is never opened
+        "def graph_ops(module):\n    counts = {}\n    def count(node):\n"
+        "        if node.kind() != 'prim::Constant':\n"
+        "            counts[node.kind()] = counts.get(node.kind(), 0) + 1\n"
+        "    for node in module.inlined_graph.nodes():\n        count(node)\n"
+        "        for block in node.blocks():\n            for inner in block.nodes():\n                count(inner)\n"
+        "    return counts",
+        # counts the kinds of the values the nodes produce: nodes without outputs are missed
+        "def graph_ops(module):\n    counts = {}\n    def visit(block):\n        for node in block.nodes():\n"
+        "            for out in node.outputs():\n                if node.kind() != 'prim::Constant':\n"
+        "                    counts[node.kind()] = counts.get(node.kind(), 0) + 1\n"
+        "                break\n"
+        "            for inner in node.blocks():\n                visit(inner)\n    visit(module.inlined_graph)\n"
+        "    return counts",
     ],
     "ch2.fix_trace": [
         # works, but replaces the backbone of the caller's model ("deploy the model you are given")
@@ -70,6 +62,20 @@ WRONG: dict[str, list[str]] = {
         # traced with the example of the other branch as well: still one branch only
         "def deploy(model, example):\n"
         "    return torch.jit.trace(model, (example * 30,), check_trace=False)",
+        # rewrites Backbone.forward with literal keys so that the whole model scripts: the class changed for everyone
+        "def _literal_forward(self, x):\n    x = torch.tanh(self.layers['inp'](x))\n"
+        "    return torch.tanh(self.layers['out'](x))\n"
+        "def deploy(model, example):\n    Backbone.forward = _literal_forward\n"
+        "    return torch.jit.script(copy.deepcopy(model))",
+        # keeps the backbone in Python with @torch.jit.ignore: the branch is scripted, but the module needs Python
+        "class Ignored(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"
+        "        self.backbone, self.head, self.threshold = model.backbone, model.head, model.threshold\n"
+        "    @torch.jit.ignore\n    def features(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        return self.backbone(x)\n"
+        "    def forward(self, x):\n        h = self.features(x)\n"
+        "        if h.abs().mean() > self.threshold:\n            h = h / (h.abs().sum(dim=-1, keepdim=True) + 1)\n"
+        "        else:\n            h = h * 2\n        return self.head(h)\n"
+        "def deploy(model, example):\n    return torch.jit.script(Ignored(copy.deepcopy(model)))",
     ],
     "ch2.script_loop": [
         # scripted with the weights loaded into a model of the wrong width: load_state_dict refuses
@@ -82,6 +88,30 @@ WRONG: dict[str, list[str]] = {
         # scripted on CPU, but with fresh weights (no load_state_dict)
         "def save_smoother(model, path):\n"
         "    torch.jit.save(torch.jit.script(TypedSmoother(model.mix.in_features // 2)), path)",
+        # scripted with the model's weights, but saved from the npu: a server without the npu cannot load it
+        "def save_smoother(model, path):\n    typed = TypedSmoother(model.mix.in_features // 2).to('npu')\n"
+        "    typed.load_state_dict(model.state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
+        # moves the caller's model to the CPU to copy its weights (model.cpu() is in place)
+        "def save_smoother(model, path):\n    typed = TypedSmoother(model.mix.in_features // 2)\n"
+        "    typed.load_state_dict(model.cpu().state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
+        # starts the state at zeros instead of the first row: the first rows differ from the model's
+        "class ZeroStart(Smoother):\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        state = torch.zeros_like(x[0])\n        outs: list[torch.Tensor] = []\n"
+        "        for t in range(x.shape[0]):\n"
+        "            gate = torch.sigmoid(self.mix(torch.cat([x[t], state])))\n"
+        "            state = gate * x[t] + (1 - gate) * state\n            outs.append(state)\n"
+        "        return torch.stack(outs)\n"
+        "def save_smoother(model, path):\n    typed = ZeroStart(model.mix.in_features // 2)\n"
+        "    typed.load_state_dict(model.state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
+        # the loop starts at row 1 and forgets to emit row 0: one output row short
+        "class FromOne(Smoother):\n    def forward(self, x: torch.Tensor) -> torch.Tensor:\n"
+        "        state = x[0]\n        outs: list[torch.Tensor] = []\n"
+        "        for t in range(1, x.shape[0]):\n"
+        "            gate = torch.sigmoid(self.mix(torch.cat([x[t], state])))\n"
+        "            state = gate * x[t] + (1 - gate) * state\n            outs.append(state)\n"
+        "        return torch.stack(outs) if len(outs) > 0 else x[:1]\n"
+        "def save_smoother(model, path):\n    typed = FromOne(model.mix.in_features // 2)\n"
+        "    typed.load_state_dict(model.state_dict())\n    torch.jit.save(torch.jit.script(typed), path)",
     ],
     "ch2.export_cond": [
         # works, but moves the caller's model to the CPU (model.cpu() is in place)
@@ -110,19 +140,13 @@ WRONG: dict[str, list[str]] = {
         "        return self.head(torch.where(h.abs().mean() > self.threshold, damped, h * 2))\n"
         "def export_screen(model, example):\n    cpu = Where(copy.deepcopy(model).cpu()).eval()\n"
         "    return torch.export.export(cpu, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
-    ],
-    "ch2.fuse_linear": [
-        # ignores alpha: torch.add(y, b, alpha=2) becomes linear (the bias counted once)
-        _FUSE % {**_FUSE_OK, "alpha": ""},
-        # fuses any matmul + add, transpose or not
-        _FUSE % {**_FUSE_OK, "t_check": ""},
-        # only the matmul on the left of the add
-        _FUSE % {**_FUSE_OK, "order": " or use.offset != 0"},
-        # only the module's own forward: the submodules' graphs keep their matmuls
-        _FUSE % {**_FUSE_OK, "subs": "[module]"},
-        # leaves the replaced nodes in the graph (no dead code elimination)
-        _FUSE % {**_FUSE_OK, "dce": ""},
-        # rewrites a copy (torch.jit.script of a fresh module is not possible): returns the original untouched
-        "def fuse_linear(module):\n    import copy\n    fused = copy.deepcopy(module)\n    return module",
+        # the threshold of the Screen in the notebook (0.3) written into the branch instead of the model's own
+        "class Fixed(nn.Module):\n    def __init__(self, model):\n        super().__init__()\n"
+        "        self.backbone, self.head = model.backbone, model.head\n"
+        "    def forward(self, x):\n        h = self.backbone(x)\n"
+        "        h = torch.cond(h.abs().mean() > 0.3, lambda h: h / (h.abs().sum(dim=-1, keepdim=True) + 1),\n"
+        "                       lambda h: h * 2, (h,))\n        return self.head(h)\n"
+        "def export_screen(model, example):\n    m = Fixed(copy.deepcopy(model).cpu()).eval()\n"
+        "    return torch.export.export(m, (example.cpu(),), dynamic_shapes={'x': {0: torch.export.Dim('batch')}})",
     ],
 }
