@@ -190,6 +190,22 @@ def dispatch_modes_active() -> bool:
     return torch._C._len_torch_dispatch_stack() > 0
 
 
+def dispatch_tls_on_entry() -> tuple[DispatchKeySet, DispatchKeySet]:
+    """(include, exclude): the thread-local key sets in force when the call now in ``__torch_dispatch__`` entered.
+
+    Inside ``__torch_dispatch__`` the thread-local sets exclude every key above ``Python`` (the Python key's
+    fallback adds that guard), so reading them there says nothing about the call. The dispatcher keeps a
+    snapshot of the sets from when the call came in from Python (its ``PythonTLSSnapshot`` key, torch 2.13);
+    ``torch._C._RestorePythonTLSSnapshot`` puts that snapshot back for a moment. Outside a dispatched call
+    (no snapshot exists) the current sets are returned.
+    """
+    try:
+        with torch._C._RestorePythonTLSSnapshot():
+            return torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()
+    except RuntimeError:  # "Accessing torch dispatch state outside of '__torch_dispatch__' is not allowed."
+        return torch._C._dispatch_tls_local_include_set(), torch._C._dispatch_tls_local_exclude_set()
+
+
 def custom_op_function(op: torch._ops.OpOverload, device_type: str) -> Any:
     """The Python function a ``torch.library.custom_op`` runs for ``device_type``, or None (torch 2.13).
 
@@ -300,3 +316,46 @@ def device_test_bases_with_privateuse1() -> None:
     cdt = sys.modules.get("torch.testing._internal.common_device_type")
     if cdt is not None and cdt.PrivateUse1TestBase not in cdt.device_type_test_bases:
         cdt.device_type_test_bases = cdt.get_device_type_test_bases()
+
+
+def extension_directory(name: str) -> str:
+    """Where ``torch.utils.cpp_extension`` builds and caches the extension ``name`` (created if missing):
+    ``$TORCH_EXTENSIONS_DIR/<name>``, by default ``~/.cache/torch_extensions/py<version>_<cpu|cuda...>/<name>``.
+    Chapter 8a caches the wheel of its backend package there, beside the extensions ``load_inline`` builds."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return _get_build_directory(name, verbose=False)
+
+
+def post_accumulate_grad_hooks(param: torch.Tensor) -> list[Any]:
+    """The hooks ``param.register_post_accumulate_grad_hook`` registered, in order (torch 2.13 keeps them in the
+    tensor's ``_post_accumulate_grad_hooks`` dict; autograd's AccumulateGrad calls them after writing ``.grad``).
+
+    Chapter 9's bucket check calls them itself to replay a backward in a forked process, where autograd's engine
+    refuses to run once the parent has started its device threads."""
+    hooks = getattr(param, "_post_accumulate_grad_hooks", None)
+    return list(hooks.values()) if hooks else []
+
+
+@contextlib.contextmanager
+def partitioner_splits() -> Iterator[list[int]]:
+    """``with partitioner_splits() as n:`` counts in ``n[0]`` the graphs PyTorch's own partitioners split in the block.
+
+    ``default_partition`` and ``min_cut_rematerialization_partition`` both build their two graphs with
+    ``torch._functorch.partitioners._extract_fwd_bwd_modules`` (torch 2.13), which they look up in their module
+    when they run: counting its calls counts theirs, however they were imported. (Chapter 6's partitioner
+    check: the exercise asks for the split to be written, not delegated.)"""
+    from torch._functorch import partitioners
+
+    count = [0]
+    real = partitioners._extract_fwd_bwd_modules
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    partitioners._extract_fwd_bwd_modules = counted
+    try:
+        yield count
+    finally:
+        partitioners._extract_fwd_bwd_modules = real

@@ -76,13 +76,14 @@ def _trace() -> ch9.BackwardTrace:
     return ch9.BackwardTrace(("c", "b", "a"), (4 * mb, 4 * mb, 4 * mb), (100.0, 200.0, 300.0), 300.0)
 
 
-def test_buckets_fill_in_ready_order_up_to_the_cap() -> None:
+def test_buckets_fill_in_ready_order_and_close_once_they_hold_the_cap() -> None:
     trace = _trace()
-    assert ch9.buckets(trace, 1) == [[0], [1], [2]]  # a gradient larger than the cap gets its own bucket
-    assert ch9.buckets(trace, 8) == [[0, 1], [2]]
-    assert ch9.buckets(trace, 100) == [[0, 1, 2]]
+    assert ch9._buckets(trace, 1) == [[0], [1], [2]]  # a gradient larger than the cap gets its own bucket
+    assert ch9._buckets(trace, 8) == [[0, 1], [2]]  # 4 + 4 MB reach the 8 MB cap: the bucket closes
+    assert ch9._buckets(trace, 7) == [[0, 1], [2]]  # it closes after the gradient that passes the cap (as DDP)
+    assert ch9._buckets(trace, 100) == [[0, 1, 2]]
     with pytest.raises(ValueError, match="positive"):
-        ch9.buckets(trace, 0)
+        ch9._buckets(trace, 0)
 
 
 def test_step_time_replays_the_cost_model() -> None:

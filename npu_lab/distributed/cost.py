@@ -27,6 +27,17 @@ from dataclasses import dataclass
 #: Collectives whose time depends on the algorithm (the others have one).
 ALGORITHMS = ("ring", "tree")
 
+#: How many times the formulas below were asked (:func:`calls`; chapter 9's check sees whether an answer that should
+#: work a formula out called them instead).
+_asked = [0]
+
+
+def calls() -> int:
+    """How many times :func:`allreduce_us`, :func:`collective_us`, :func:`choose_algorithm` or
+    :func:`algorithm_for` has been called in this process."""
+    return _asked[0]
+
+
 #: Bus-bandwidth factor per collective (nccl-tests' PERFORMANCE.md), as a function of p.
 _BUS_FACTOR = {
     "allreduce": lambda p: 2 * (p - 1) / p,
@@ -64,6 +75,7 @@ def device_link() -> Link:
 
 def allreduce_us(nbytes: float, p: int, link: Link, algorithm: str = "ring") -> float:
     """Simulated microseconds of an allreduce of an ``nbytes`` buffer over ``p`` ranks."""
+    _asked[0] += 1
     if p <= 1:
         return 0.0
     if algorithm == "ring":
@@ -75,6 +87,7 @@ def allreduce_us(nbytes: float, p: int, link: Link, algorithm: str = "ring") -> 
 
 def choose_algorithm(nbytes: float, p: int, link: Link) -> str:
     """The allreduce algorithm to use: ``NPU_LAB_CCL_ALGO`` if set (ring|tree), else the faster one."""
+    _asked[0] += 1
     forced = os.environ.get("NPU_LAB_CCL_ALGO", "").strip().lower()
     if forced:
         if forced not in ALGORITHMS:
@@ -93,6 +106,7 @@ _FIXED_ALGORITHM = {
 
 def algorithm_for(op: str, nbytes: float, p: int, link: Link) -> str:
     """The algorithm collective ``op`` runs with: allreduce chooses (:func:`choose_algorithm`), the others have one."""
+    _asked[0] += 1
     return choose_algorithm(nbytes, p, link) if op == "allreduce" else _FIXED_ALGORITHM[op]
 
 
@@ -103,6 +117,7 @@ def collective_us(op: str, nbytes: float, p: int, link: Link, algorithm: str = "
     recv, and the whole (gathered, or scattered) buffer for allgather, reduce_scatter, gather,
     scatter and alltoall.
     """
+    _asked[0] += 1
     if op == "allreduce":
         return allreduce_us(nbytes, p, link, algorithm)
     if op in ("send", "recv"):

@@ -46,6 +46,7 @@ class TrainRun:
     sim_us: float  #: simulated time of the training steps on this device
     collectives: dict[str, int] = field(default_factory=dict)  #: npuccl collectives per op during the steps
     comm_bytes: int = 0  #: bytes those collectives moved (as npuccl's cost model counts them)
+    per_step: list[dict[str, int]] = field(default_factory=list)  #: npuccl collectives per op, step by step
 
 
 def _local(p: torch.Tensor) -> torch.Tensor:
@@ -97,14 +98,17 @@ def train(kind: str, model_fn: ModelFn = mlp_model, batch_fn: BatchFn = random_b
     torch.npu.reset_peak_memory_stats(index)
     t0 = _C.stream_time(index, 0)
     losses = []
+    per_step: list[dict[str, int]] = []
     with timeline.recording() as records:
         for i in range(steps):
+            before = len(records)
             x, y = batch_fn(i, rank, world)
             opt.zero_grad()
             loss = F.mse_loss(model(x.to(device)), y.to(device))
             loss.backward()
             opt.step()
             losses.append(loss.item())
+            per_step.append(dict(Counter(r.op for r in records[before:])))
     counts = dict(Counter(r.op for r in records))
     torch.npu.synchronize(index)
     sim_us = _C.stream_time(index, 0) - t0
@@ -112,7 +116,7 @@ def train(kind: str, model_fn: ModelFn = mlp_model, batch_fn: BatchFn = random_b
     param_bytes = sum(_local(p).numel() * p.element_size() for p in module.parameters())
     params = {n: _full(p).detach().cpu() for n, p in module.named_parameters()}
     return TrainRun(kind, rank, world, losses, params, param_bytes, allocated, peak, sim_us, counts,
-                    sum(r.nbytes for r in records))
+                    sum(r.nbytes for r in records), per_step)
 
 
 def _worker(kinds: list[str], model_fn: ModelFn, batch_fn: BatchFn, steps: int, lr: float) -> list[TrainRun]:

@@ -592,16 +592,18 @@ def _exits_raise() -> Iterator[None]:
     """``os._exit``, ``posix._exit`` and ``os.abort`` raise :class:`ProcessExit` on this thread for the duration."""
     import posix
 
-    me = threading.get_ident()
+    me, pid = threading.get_ident(), os.getpid()
     real_exit, real_abort = os._exit, os.abort
 
+    # A child forked on this thread has the same thread id but is another process: its own os._exit (a forked
+    # check's child ends that way) must end it.
     def _exit(status: int = 0, *rest: Any) -> None:
-        if threading.get_ident() != me:
+        if threading.get_ident() != me or os.getpid() != pid:
             real_exit(status, *rest)
         raise ProcessExit(f"os._exit({status!r})")
 
     def abort() -> None:
-        if threading.get_ident() != me:
+        if threading.get_ident() != me or os.getpid() != pid:
             real_abort()
         raise ProcessExit("os.abort()")
 

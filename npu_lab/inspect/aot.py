@@ -16,20 +16,35 @@ they would at run time). :func:`draw_partition` draws the cut.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.fx
 from functorch.compile import aot_function, default_partition, make_boxed_func, min_cut_rematerialization_partition
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from .draw import Drawing, _esc, describe_value, fx_lines
+from .draw import TANGENT_STYLE, Drawing, _esc, describe_value, fx_lines
+
+#: How many times :func:`saved_tensors` and :func:`inspect_aot` have run in this process (:func:`calls`).
+_asked = [0]
+
+
+def calls() -> int:
+    """How many times this inspector has counted saved tensors (chapter 6's check sees whether an answer that
+    should count them itself asked the inspector instead)."""
+    return _asked[0]
+
 
 #: how saved values and the cut look in :func:`draw_partition`
 SAVED_STYLE = ("box", "#ffedd5", 'color="#c2410c", penwidth=2')
 SAVED_ALIAS_STYLE = ("box", "#fff7ed", 'color="#c2410c", style="filled,dashed"')
 FORWARD_SAVED_EXTRA = 'color="#c2410c", penwidth=2'  # a forward value that crosses the cut: orange border
-CUT_EDGE = 'color="#c2410c", penwidth=1.6, style=dashed, fontcolor="#c2410c"'
+#: the forward graph's output node, drawn small (it only gathers the edges of what the forward returns)
+OUTPUT_EXTRA = 'width=0.3, height=0.3, fixedsize=true, label="out", fontsize=8'
+#: cut edges do not constrain the layout: the two graphs stand side by side, each as tall as itself
+CUT_EDGE = 'color="#c2410c", penwidth=1.6, style=dashed, fontcolor="#c2410c", constraint=false'
 
 
 @dataclass
@@ -89,7 +104,7 @@ class Partition:
         shared = f" in {k} storage{'s' * (k != 1)}" if k != n else ""
         return f"saves {n} tensor{'s' * (n != 1)}{shared} ({self.saved_bytes:,} bytes)"
 
-    def draw(self, title: str | None = None, max_width_px: int | None = 1100) -> Drawing:
+    def draw(self, title: str | None = None, max_width_px: int | None = 900) -> Drawing:
         """The forward and the backward graph in one drawing, with the cut between them."""
         if title is None:
             title = f"{self.partitioner.replace('_', '-')} partitioner: {self.describe()}"
@@ -156,6 +171,7 @@ def saved_tensors(backward: torch.fx.Graph | torch.fx.GraphModule,
     aliases) get ``extra_bytes == 0`` and ``alias_of``. With ``forward``, saved tensors on an input's
     storage name that input.
     """
+    _asked[0] += 1
     inputs: dict[StorageWeakRef, str] = {}
     if forward is not None:
         for n in _graph(forward).nodes:
@@ -187,14 +203,17 @@ def _output_args(g: torch.fx.Graph) -> list:
 
 
 def draw_partition(forward: torch.fx.Graph | torch.fx.GraphModule, backward: torch.fx.Graph | torch.fx.GraphModule,
-                   title: str = "", max_width_px: int | None = 1100) -> Drawing:
-    """The forward graph above, the backward graph below, and the cut between them.
+                   title: str = "", max_width_px: int | None = 900, backward_nodes: str = "all") -> Drawing:
+    """The forward graph on the left, the backward graph on the right, and the cut between them.
 
     Orange boxes are the saved tensors (bytes each keeps alive; an alias of a saved storage is
     dashed and keeps none); dashed orange edges cross the cut from the forward value to the
     backward input it becomes. Green ellipses are the tangents (incoming gradients), blue ones the
-    forward's inputs.
+    forward's inputs. ``backward_nodes="inputs"`` draws only the backward graph's inputs, each with
+    the operators that read it, for a backward graph too big to draw whole at notebook width.
     """
+    if backward_nodes not in ("all", "inputs"):
+        raise ValueError(f"backward_nodes must be 'all' or 'inputs', got {backward_nodes!r}")
     fw, bw = _graph(forward), _graph(backward)
     saved = saved_tensors(bw, fw)
     by_name = {s.name: s for s in saved}
@@ -211,13 +230,15 @@ def draw_partition(forward: torch.fx.Graph | torch.fx.GraphModule, backward: tor
         if src is not None:
             sources[n.name] = src.name
     fw_style = {src: (None, None, FORWARD_SAVED_EXTRA) for src in sources.values()}
+    fw_style.update({n.name: (None, None, OUTPUT_EXTRA) for n in fw.nodes if n.op == "output"})
     bw_style = {s.name: SAVED_ALIAS_STYLE if s.alias_of else SAVED_STYLE for s in saved}
     notes = {s.name: f"alias of {s.alias_of}: 0 B more" if s.alias_of else f"saved: {s.extra_bytes:,} B"
              for s in saved}
     notes.update({n.name: "incoming gradient" for n in bw.nodes
                   if n.op == "placeholder" and n.name.startswith("tangents")})
 
-    lines = ["digraph G {", '  rankdir=TB; newrank=true; node [fontname="Helvetica", fontsize=10, style=filled];',
+    lines = ["digraph G {", '  rankdir=TB; newrank=true; ranksep=0.2; nodesep=0.25;',
+             '  node [fontname="Helvetica", fontsize=10, style=filled, margin="0.08,0.03"];',
              '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
     if title:
         lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
@@ -228,7 +249,25 @@ def draw_partition(forward: torch.fx.Graph | torch.fx.GraphModule, backward: tor
     lines += ["  }", "  subgraph cluster_backward {",
               '    label="backward graph (runs at backward())"; '
               'fontname="Helvetica"; fontsize=10; style=rounded; color="#4ade80";']
-    lines += ["  " + line for line in fx_lines(bw, "bw:", style=bw_style, notes=notes)]
+    if backward_nodes == "all":
+        lines += ["  " + line for line in fx_lines(bw, "bw:", style=bw_style, notes=notes)]
+    else:
+        inputs = [n for n in bw.nodes if n.op == "placeholder"]
+        others = sum(1 for n in bw.nodes if n.op == "call_function")
+        for n in inputs:
+            readers = sorted(u.name for u in n.users)
+            shape, color = TANGENT_STYLE if n.name.startswith("tangents") else ("box", "#f3f4f6")
+            shape, color, extra = bw_style.get(n.name, (shape, color, ""))
+            label = "\n".join(part for part in (n.name, describe_value(n.meta.get("val")), notes.get(n.name, ""),
+                                                "read by " + ", ".join(readers) if readers else "") if part)
+            lines.append(f'    "bw:{_esc(n.name)}" [label="{_esc(label)}", shape={shape}, fillcolor="{color}"'
+                         f'{", " + extra if extra else ""}];')
+        lines.append(f'    "bw:more" [label="... and {others} operators\\nthat compute the gradients", '
+                     f'shape=plaintext, fillcolor=white];')
+        for a, b in zip(inputs, inputs[1:]):  # one column, in the order of the backward's inputs
+            lines.append(f'    "bw:{_esc(a.name)}" -> "bw:{_esc(b.name)}" [style=invis];')
+        if inputs:
+            lines.append(f'    "bw:{_esc(inputs[-1].name)}" -> "bw:more" [style=invis];')
     lines.append("  }")
     for dst, src in sources.items():
         s = by_name[dst]
@@ -236,6 +275,17 @@ def draw_partition(forward: torch.fx.Graph | torch.fx.GraphModule, backward: tor
         lines.append(f'  "fw:{_esc(src)}" -> "bw:{_esc(dst)}" [label=" {label}", {CUT_EDGE}];')
     lines.append("}")
     return Drawing("\n".join(lines), title, max_width_px=max_width_px)
+
+
+def in_details(drawing: Drawing, summary: str) -> Any:
+    """``drawing`` inside a collapsed ``<details>`` block that opens on a click (for a drawing too big to show
+    at notebook width): an ``IPython.display.HTML``."""
+    from IPython.display import HTML
+
+    svg = drawing.svg()
+    body = svg if svg is not None else f"<pre>{html.escape(drawing.dot)}</pre>"
+    return HTML(f"<details><summary>{html.escape(summary)}</summary>"
+                f"<div style='overflow-x:auto'>{body}</div></details>")
 
 
 def _run(fn, args, partitioner: str) -> Partition:
@@ -266,6 +316,7 @@ def _run(fn, args, partitioner: str) -> Partition:
 
 def inspect_aot(fn, *args: torch.Tensor) -> AOTReport:
     """Trace ``fn(*args)`` with AOTAutograd under both partitioners (some args should require grad)."""
+    _asked[0] += 1
     fresh = [lambda: [a.detach().clone().requires_grad_(a.requires_grad) if isinstance(a, torch.Tensor) else a
                       for a in args] for _ in range(2)]
     return AOTReport(_run(fn, fresh[0](), "default"), _run(fn, fresh[1](), "min_cut"))

@@ -153,6 +153,47 @@ def dp_train(steps: int = 3, batch: int = 32, width: int = 256, depth: int = 4, 
             "params": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
 
 
+def host_step_times(rounds: int = 7, batch: int = 32, width: int = 256, depth: int = 4,
+                    devices: tuple[int, ...] = (0, 1)) -> dict[str, float]:
+    """Median host seconds of one training step on one device and with ``nn.DataParallel``, in this process.
+
+    Both are warmed up first (two steps each), then timed in alternating rounds, the order swapped every
+    round, so that neither warm-up nor a slower stretch of the machine decides which looks faster.
+    """
+    import warnings
+
+    main = torch.device("npu", devices[0])
+    one = mlp(width, depth).to(main)
+    model = mlp(width, depth).to(main)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dp = nn.DataParallel(model, device_ids=list(devices))
+    runs = {"one device": (one, torch.optim.SGD(one.parameters(), lr=0.05)),
+            "DP": (dp, torch.optim.SGD(model.parameters(), lr=0.05))}
+    x, y = batches(1, batch, width)[0]
+    x, y = x.to(main), y.to(main)
+
+    def step(name: str) -> float:
+        net, opt = runs[name]
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        F.mse_loss(net(x), y).backward()
+        opt.step()
+        for d in devices:
+            clock(d).synchronize()
+        return time.perf_counter() - t0
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in runs:
+            step(name), step(name)
+        for r in range(rounds):
+            for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                times[name].append(step(name))
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def allreduce_times(sizes: list[int], repeat: int = 3) -> dict[str, Any]:
     """Host seconds and simulated microseconds of one all-reduce of each size (float32 elements)."""
     device = _device()
@@ -171,6 +212,31 @@ def allreduce_times(sizes: list[int], repeat: int = 3) -> dict[str, Any]:
         sim.append(_sim_now(device) - s0)
         host.append(best)
     return {"sizes": list(sizes), "host_s": host, "sim_us": sim, "world": dist.get_world_size()}
+
+
+def collective_times(nbytes: int = 2 ** 20) -> dict[str, Any]:
+    """Simulated microseconds of one all-gather, reduce-scatter, broadcast and all-reduce, each of an ``nbytes``
+    whole (float32), as this rank's device clock records them (each collective warmed up once first).
+
+    ``nbytes`` is the gathered whole for the all-gather (each rank contributes ``nbytes / p``), the whole input
+    for the reduce-scatter (each rank keeps ``nbytes / p``), and the buffer for the broadcast and the all-reduce.
+    """
+    device = _device()
+    p = dist.get_world_size()
+    n = nbytes // 4
+    whole, part = torch.ones(n, device=device), torch.ones(n // p, device=device)
+    runs = {"allgather": lambda: dist.all_gather_into_tensor(whole, part),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, whole),
+            "broadcast": lambda: dist.broadcast(whole, src=0),
+            "allreduce": lambda: dist.all_reduce(whole)}
+    out: dict[str, Any] = {"world": p, "nbytes": nbytes}
+    for op, run in runs.items():
+        run()  # warm up
+        dist.barrier()
+        s0 = _sim_now(device)
+        run()
+        out[op] = _sim_now(device) - s0
+    return out
 
 
 def desync(swap: bool = True, n_big: int = 1024, n_small: int = 16) -> str:
@@ -204,13 +270,14 @@ def tp_vs_dp(batch: int = 32, width: int = 256, hidden: int = 1024) -> dict[str,
     dp = DistributedDataParallel(nn.Sequential(copy.deepcopy(fc1), nn.GELU(), copy.deepcopy(fc2)))
     for name, model, inputs, target in (("TP", tp, x, y),
                                         ("DP", dp, x.chunk(world)[rank], y.chunk(world)[rank])):
-        for _ in range(2):  # the second step is measured (DDP builds its buckets in the first)
+        for _ in range(3):  # the third step is measured: DDP rebuilds its buckets before the second one
             with _CountBytes() as counted:
                 s0 = _sim_now(device)
                 F.mse_loss(model(inputs), target).backward()
                 s1 = _sim_now(device)
         out[name] = {"param_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
-                     "comm_bytes": counted.nbytes, "collectives": counted.calls, "sim_us": s1 - s0}
+                     "comm_bytes": counted.nbytes, "collectives": counted.calls, "by_op": dict(counted.by_op),
+                     "sim_us": s1 - s0}
     return out
 
 
@@ -221,6 +288,7 @@ class _CountBytes:
         from ..process_group import ProcessGroupNPUCCL
 
         self.nbytes, self.calls = 0, 0
+        self.by_op: dict[str, int] = {}
         self._cls = ProcessGroupNPUCCL
         self._orig = ProcessGroupNPUCCL._issue
         counter = self
@@ -228,6 +296,7 @@ class _CountBytes:
         def issue(pg: Any, op: str, tensors: Any, call: Any, **kw: Any) -> Any:
             counter.nbytes += kw.get("nbytes", 0)
             counter.calls += 1
+            counter.by_op[op] = counter.by_op.get(op, 0) + 1
             return counter._orig(pg, op, tensors, call, **kw)
 
         ProcessGroupNPUCCL._issue = issue
@@ -244,14 +313,14 @@ def chapter_suite(steps: int = 3, per_device_batch: int = 16, width: int = 256, 
     """Chapter 9's measurements in one set of processes (starting processes is the slow part here).
 
     DDP training with ``per_device_batch`` samples per rank (:func:`ddp_train`), all-reduce times
-    (:func:`allreduce_times`); with 2 ranks also tensor vs data parallelism (:func:`tp_vs_dp`);
-    DDP's bucket overlap for each of ``bucket_caps`` (:mod:`npu_lab.distributed.overlap`, its
-    default model), and with ``fsdp`` the memory of DDP and FSDP training
-    (:func:`npu_lab.distributed.fsdp.train`).
+    (:func:`allreduce_times`) and the other collectives' (:func:`collective_times`); with 2 ranks also tensor
+    vs data parallelism (:func:`tp_vs_dp`); DDP's bucket overlap for each of ``bucket_caps``
+    (:mod:`npu_lab.distributed.overlap`, its default model), and with ``fsdp`` the memory of DDP and FSDP
+    training (:func:`npu_lab.distributed.fsdp.train`).
     """
     world = dist.get_world_size()
     out: dict[str, Any] = {"ddp": ddp_train(steps, per_device_batch * world, width, depth),
-                           "allreduce": allreduce_times(list(sizes))}
+                           "allreduce": allreduce_times(list(sizes)), "collectives": collective_times()}
     if world == 2:
         out["tp_vs_dp"] = tp_vs_dp(per_device_batch * world, width)
     if bucket_caps:
