@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # kernel JupyterLab started as it does in nbval's (the later milestones fork the same way)
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb")) + [ROOT / "solutions" / "B1_eager_mlp.ipynb"]
 #: The chapters the page runs up to their last widget, one of each kind of widget: ipywidgets' ``interact``
-#: (C7) and the lab's own explorer (C5, Dynamo's guards). Each run costs the chapter's cells a second time
-#: (nbval runs them too), so the other chapters with widgets (C1, C2, C4, C6, C8) are rendered from their
+#: (C7) and the lab's own explorer (C5b, Dynamo's guards). Each run costs the chapter's cells a second time
+#: (nbval runs them too), so the other chapters with widgets (C1, C2, C4, C6, C8b) are rendered from their
 #: committed outputs; their explorers' controls are tested in Python (tests/test_inspect_explorer.py).
-LIVE_CHAPTERS = {"C5_dynamo", "C7_dispatcher"}
+LIVE_CHAPTERS = {"C5b_dynamo", "C7_dispatcher"}
 ARTIFACTS = ROOT / "build" / "browser"
 STALL_S = float(os.environ.get("NPU_LAB_BROWSER_STALL_S", 300))  # no cell finished for this long: stuck
 NOTEBOOK_S = 900   # a whole notebook, however steady its progress

@@ -1,4 +1,5 @@
-"""Chapter 8's drawings and measurements (npu_lab.adaptation.pictures / measure / roadmap) show real data."""
+"""Chapters 8a and 8b's drawings and measurements (npu_lab.adaptation: pictures, measure, roadmap, fresh processes,
+packaging) show real data."""
 
 from __future__ import annotations
 
@@ -69,6 +70,93 @@ def test_roofline_places_a_big_matmul_above_a_small_add():
     assert float(dots["mm"].get("cx")) > float(dots["add"].get("cx"))  # and more FLOPs per byte
     with pytest.raises(ValueError, match="1100"):
         adaptation.roofline_svg({"mm": big.kernels}, npu_lab.cost_model, width=1400)
+
+
+def test_roofline_labels_sit_off_the_lines():
+    """No label inside the plot lies on the roof or on a dashed curve: the lines are named in the legend, the
+    bounds in the empty band above the roof, the ridge under the axis."""
+    a = torch.randn(256, 256, device="npu")
+    root = _parse(adaptation.roofline_svg({"mm": _profile(lambda: a @ a).kernels}, npu_lab.cost_model))
+    frame = next(r for r in root.iter(f"{SVG}rect") if r.get("fill") == "none")
+    left, top = float(frame.get("x")), float(frame.get("y"))
+    right, bottom = left + float(frame.get("width")), top + float(frame.get("height"))
+    lines = []
+    for poly in root.iter(f"{SVG}polyline"):
+        lines.append([tuple(map(float, p.split(","))) for p in poly.get("points").split()])
+
+    def y_at(points, x):
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if x0 <= x <= x1:
+                return y0 + (y1 - y0) * (x - x0) / (x1 - x0 or 1)
+        return None
+
+    inside = [t for t in root.iter(f"{SVG}text")
+              if left < float(t.get("x")) < right and top < float(t.get("y")) < bottom]
+    assert inside, "the bound labels are drawn inside the plot"
+    for t in inside:
+        x, y = float(t.get("x")), float(t.get("y"))
+        width = 6.5 * len(t.text or "")
+        xs = [x - width, x] if t.get("text-anchor") == "end" else [x, x + width]
+        for points in lines:
+            for xx in (xs[0], (xs[0] + xs[1]) / 2, xs[1]):
+                line_y = y_at(points, xx)
+                assert line_y is None or not (y - 12 <= line_y <= y + 3), (t.text, xx, line_y)
+
+
+def test_partitions_drawing_boxes_each_partition_and_marks_the_cpu_nodes():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupport
+
+    def f(x):
+        return torch.relu(torch.sin(x.exp()) + 1).sum()
+
+    gm = make_fx(f)(torch.randn(4))
+
+    class NoSin(OperatorSupport):
+        def is_node_supported(self, submodules, node):
+            return node.op == "call_function" and "sin" not in str(node.target)
+
+    partitions = CapabilityBasedPartitioner(gm, NoSin(), allows_single_node_partition=True).propose_partitions()
+    assert len(partitions) == 2
+    drawing = adaptation.partitions_drawing(gm, partitions, title="t")
+    assert drawing.dot.count("subgraph \"cluster_") == 2
+    assert "on the CPU" in drawing.dot and adaptation.pictures._CPU_COLOR in drawing.dot
+    sin_line = next(line for line in drawing.dot.splitlines() if '"sin"' in line and "label=" in line)
+    assert adaptation.pictures._CPU_COLOR in sin_line
+
+
+def test_run_fresh_runs_a_function_in_a_new_process():
+    def probe(word: str) -> None:
+        import sys
+
+        print(word, "npu_lab" in sys.modules, "torch" in sys.modules)
+
+    fresh = adaptation.run_fresh(probe, "hello", env={"NPU_LAB_BARE": "1"})
+    assert fresh.ok and fresh.stdout.split() == ["hello", "False", "False"]
+    failing = adaptation.run_fresh("import sys\nprint('before')\nsys.exit(3)")
+    assert not failing.ok and failing.returncode == 3 and "exited with 3" in repr(failing)
+
+
+def test_host_breakdown_names_where_the_time_goes():
+    import time
+
+    def slow():
+        time.sleep(0.01)
+
+    parts = adaptation.measure.host_breakdown(slow, calls=3, top=2)
+    assert parts[-1][0] == "everything else" and len(parts) == 3
+    assert parts[0][0] == "built-in calls" and parts[0][1] >= 9.0  # time.sleep, per call
+
+
+def test_packaging_writes_a_package_and_lists_its_files(tmp_path):
+    root = adaptation.write_package(tmp_path / "pkg", {"setup.py": "x = 1\n", "pkg/__init__.py": "",
+                                                         "pkg/csrc/a.cpp": "int f();\n"})
+    (root / "pkg" / "__pycache__").mkdir()
+    (root / "pkg" / "__pycache__" / "x.pyc").write_text("")
+    assert adaptation.files_under(root) == ["pkg/__init__.py", "pkg/csrc/a.cpp", "setup.py"]
+    env = adaptation.sdk_environment()
+    assert set(env) == {"NPU_LAB_CSRC", "NPU_LAB_RUNTIME"} and env["NPU_LAB_RUNTIME"].endswith(".so")
 
 
 def test_breakdown_counts_categories_and_latency():

@@ -1,4 +1,4 @@
-"""Tools for chapter 8's path of bringing a model up on a new chip.
+"""Tools for chapter 8a and 8b's path of bringing a model up on a new chip.
 
 * :func:`verify` - run a model on ``npu`` and on the CPU and compare outputs
   and gradients with error statistics;
@@ -9,15 +9,20 @@
   (:func:`breakdown`) and how close work gets to the roofline (:func:`efficiency`);
 * :mod:`~npu_lab.adaptation.pictures` - the chapter's drawings as SVG: the three
   ways, profile timelines, the roofline, operator coverage of real models;
-* :func:`roadmap` - the ten-week plan, each week checked by a measurement.
+* :func:`roadmap` - the ten-week plan, each week checked by a measurement;
+* :func:`run_fresh` - code run in a fresh Python process (chapter 8a's device registration and autoload);
+* :mod:`~npu_lab.adaptation.packaging` - a backend package written, built into a wheel (cached) and installed.
 """
 
+from .fresh import Fresh, run_fresh
 from .measure import Breakdown, Efficiency, breakdown, breakdown_table, category, efficiency
-from .pictures import Svg, coverage_svg, roofline_svg, three_ways_svg, timeline_svg
+from .packaging import Built, build_wheel, files_under, install, sdk_environment, write_package
+from .pictures import Svg, coverage_svg, partitions_drawing, roofline_svg, three_ways_svg, timeline_svg
 from .readiness import Readiness, readiness
 from .roadmap import ROADMAP, Week, roadmap, roadmap_table
 from .verify import Verification, verify
 
-__all__ = ["ROADMAP", "Breakdown", "Efficiency", "Readiness", "Svg", "Verification", "Week", "breakdown",
-           "breakdown_table", "category", "coverage_svg", "efficiency", "readiness", "roadmap", "roadmap_table",
-           "roofline_svg", "three_ways_svg", "timeline_svg", "verify"]
+__all__ = ["ROADMAP", "Breakdown", "Built", "Efficiency", "Fresh", "Readiness", "Svg", "Verification", "Week",
+           "breakdown", "breakdown_table", "build_wheel", "category", "coverage_svg", "efficiency", "files_under",
+           "install", "partitions_drawing", "readiness", "roadmap", "roadmap_table", "roofline_svg", "run_fresh",
+           "sdk_environment", "three_ways_svg", "timeline_svg", "verify", "write_package"]

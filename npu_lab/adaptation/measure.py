@@ -1,4 +1,4 @@
-"""Chapter 8's measurements: where a step's simulated time goes, and how close kernels get to the roof.
+"""Chapter 8b's measurements: where a step's simulated time goes, and how close kernels get to the roof.
 
 * :func:`category` - what kind of device event a profiled kernel is (a matmul, a kernel a
   compiler generated or fused, another ATen kernel, a copy);
@@ -190,3 +190,30 @@ def counted_launches(fn: Any, ops: tuple[str, ...] = ("aten::mm", "aten::addmm")
 def matmul_efficiency(prof: Any, n: int, cost_model: Any) -> Efficiency:
     """``prof`` (one float32 product of two ``n`` x ``n`` matrices) against the roofline of ``cost_model``."""
     return efficiency(f"mm {n}x{n}", prof, 2.0 * n ** 3, 4.0 * 3 * n * n, cost_model)
+
+
+def host_breakdown(fn: Any, calls: int = 5, top: int = 4) -> list[tuple[str, float]]:
+    """Where the host's time goes in ``fn()``: the functions with the most time of their own (cProfile's
+    ``tottime``), in milliseconds per call, most first, and the rest summed as ``"everything else"``.
+
+    Numba kernels appear under their Python names (``im2col``, ``mm_outer``...), NumPy's copies inside the
+    function that makes them. Wall time of this host: it varies from run to run.
+    """
+    import cProfile
+    import pstats
+
+    fn()  # warm
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    own: dict[str, float] = {}
+    for (_, _, name), (_, _, tottime, _, _) in stats.items():
+        label = name.strip("<>") if not name.startswith("<built-in") else "built-in calls"
+        own[label] = own.get(label, 0.0) + tottime
+    ranked = sorted(own.items(), key=lambda kv: -kv[1])
+    head = [(name, seconds * 1e3 / calls) for name, seconds in ranked[:top]]
+    rest = sum(seconds for _, seconds in ranked[top:]) * 1e3 / calls
+    return head + [("everything else", rest)]

@@ -1,13 +1,14 @@
-"""Chapter 8's pictures, drawn as plain SVG text (deterministic, so notebooks can compare them).
+"""Chapters 8a and 8b's pictures, drawn as plain SVG text (deterministic, so notebooks can compare them).
 
 * :func:`three_ways_svg` - the three ways into PyTorch as one stack: what the chip
   team writes at each layer;
 * :func:`timeline_svg` - profiles of the same work on one simulated time axis;
 * :func:`roofline_svg` - kernels placed on the cost model's roofline;
-* :func:`coverage_svg` - which ATen operators real models reach, and how the NPU runs them.
+* :func:`coverage_svg` - which ATen operators real models reach, and how the NPU runs them;
+* :func:`partitions_drawing` - an FX graph with the partitions of a ``CapabilityBasedPartitioner`` boxed.
 
-Every function returns an :class:`Svg`, which a notebook displays as a drawing and
-whose ``.text`` is the SVG source. Widths stay at or under 1100 px.
+Every function but the last returns an :class:`Svg`, which a notebook displays as a drawing and
+whose ``.text`` is the SVG source (the last, a graphviz drawing). Widths stay at or under 1100 px.
 """
 
 from __future__ import annotations
@@ -208,18 +209,20 @@ def _log_pos(v: float, lo: float, hi: float, size: float) -> float:
     return (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * size
 
 
-def roofline_svg(groups: Mapping[str, Sequence[Any]], cost_model: Any, width: int = 820,
-                 height: int = 430) -> Svg:
+def roofline_svg(groups: Mapping[str, Sequence[Any]], cost_model: Any, width: int = 860,
+                 height: int = 440) -> Svg:
     """Kernels on the cost model's roofline: achieved GFLOP/s against FLOPs per byte, both log scale.
 
     ``groups`` maps a legend label to kernel events (``prof.kernels``); copies and kernels
     without FLOPs (whose intensity is zero) cannot be placed and are counted in the legend.
     The solid line is the roof ``min(peak, intensity x bandwidth)``; the dashed curves are what
-    kernels moving 10 KB and 10 MB reach once the launch latency is included.
+    kernels moving 10 KB and 10 MB reach once the launch latency is included. As in chapter P0's
+    drawing (its axes' wording, the peak and the ridge point labelled, the bounds named along the bottom),
+    with the lines named in the legend on the right: no label sits on a line.
     """
     peak, bw, launch = cost_model.peak_gflops, cost_model.bandwidth_gbs, cost_model.launch_us
-    xlo, xhi, ylo, yhi = 0.01, 1000.0, 0.001, peak * 3
-    left, bottom, top, right = 70, 50, 30, 250
+    xlo, xhi, ylo, yhi = 0.01, 1000.0, 0.001, peak * 10
+    left, bottom, top, right = 70, 50, 30, 290
     pw, ph = width - left - right, height - top - bottom
 
     def px(v: float) -> float:
@@ -239,24 +242,42 @@ def roofline_svg(groups: Mapping[str, Sequence[Any]], cost_model: Any, width: in
         body.append(f"<line x1='{left}' y1='{y:.1f}' x2='{left + pw}' y2='{y:.1f}' stroke='#eee'/>")
         body.append(_text(left - 6, y + 4, f"{10.0 ** e:g}", 10, "end"))
     body.append(f"<rect x='{left}' y='{top}' width='{pw}' height='{ph}' fill='none' stroke='#888'/>")
-    body.append(_text(left + pw / 2, height - 12, "arithmetic intensity (FLOP per byte moved)", 11, "middle"))
+    body.append(_text(left + pw / 2, top + ph + 32, "arithmetic intensity: FLOPs per byte of device memory moved "
+                      "(log)", 11, "middle"))
     body.append(f"<text x='16' y='{top + ph / 2:.1f}' font-size='11' text-anchor='middle' "
-                f"transform='rotate(-90 16 {top + ph / 2:.1f})'>achieved GFLOP/s (simulated)</text>")
+                f"transform='rotate(-90 16 {top + ph / 2:.1f})'>GFLOP/s reached, simulated (log)</text>")
+    ridge = peak / bw
+    body.append(f"<line x1='{px(ridge):.1f}' y1='{py(peak):.1f}' x2='{px(ridge):.1f}' y2='{top + ph}' "
+                "stroke='#777' stroke-dasharray='2,3'/>")
+    body.append(f"<circle cx='{px(ridge):.1f}' cy='{py(peak):.1f}' r='3' fill='#000'/>")
     xs = [10 ** (i / 20) for i in range(-40, 61)]
     roof = " ".join(f"{px(x):.1f},{py(min(peak, x * bw)):.1f}" for x in xs)
     body.append(f"<polyline points='{roof}' fill='none' stroke='#000' stroke-width='2'/>")
-    ridge = peak / bw
-    body.append(_text(px(ridge) + 4, py(peak) - 6, f"ridge {ridge:g} FLOP/B", 10))
-    for nbytes, label in ((1e4, "10 KB"), (1e7, "10 MB")):
+    curves = []
+    for nbytes, label, dash in ((1e7, "10 MB", "6,3"), (1e4, "10 KB", "2,3")):
         def reach(x: float, nbytes: float = nbytes) -> float:
             return x * nbytes / 1e3 / cost_model.kernel_us(x * nbytes, nbytes)
 
         pts = " ".join(f"{px(x):.1f},{py(reach(x)):.1f}" for x in xs)
-        body.append(f"<polyline points='{pts}' fill='none' stroke='#999' stroke-dasharray='4,3'/>")
-        body.append(_text(px(0.012), py(reach(0.012)) - 5, f"best a {label} kernel reaches, launch included", 9,
-                          "start", "normal", "#777"))
+        body.append(f"<polyline points='{pts}' fill='none' stroke='#888' stroke-dasharray='{dash}'/>")
+        curves.append((f"best of a {label} kernel, launch included", dash))
+    # as chapter P0 labels its roofline: the peak above the flat roof, the ridge point beside its dotted line,
+    # the bounds along the bottom (no label on a line)
+    body.append(_text(left + pw - 6, py(peak * 3.2), f"peak: {peak:g} GFLOP/s", 10, "end", "normal", "#333"))
+    body.append(_text(px(ridge) + 6, py(math.sqrt(ylo * peak)), f"ridge point: {ridge:g} FLOP/B", 10, "start",
+                      "normal", "#333"))
+    body.append(_text(left + 6, top + ph - 8, "memory-bound: left of the ridge", 10, "start", "normal", "#555"))
+    body.append(_text(left + pw - 6, top + ph - 8, "compute-bound: right of it", 10, "end", "normal", "#555"))
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-    ly = top + 8
+    lx, ly = left + pw + 16, top + 8
+    body.append(f"<line x1='{lx - 6}' y1='{ly}' x2='{lx + 14}' y2='{ly}' stroke='#000' stroke-width='2'/>")
+    body.append(_text(lx + 20, ly + 4, "the roof: min(peak, intensity x bandwidth)", 11))
+    for label, dash in curves:
+        ly += 18
+        body.append(f"<line x1='{lx - 6}' y1='{ly}' x2='{lx + 14}' y2='{ly}' stroke='#888' "
+                    f"stroke-dasharray='{dash}'/>")
+        body.append(_text(lx + 20, ly + 4, label, 11))
+    ly += 30
     for gi, (label, kernels) in enumerate(groups.items()):
         color = palette[gi % len(palette)]
         placed = [k for k in kernels if k.kind == "kernel" and k.flops > 0 and k.bytes > 0]
@@ -266,12 +287,13 @@ def roofline_svg(groups: Mapping[str, Sequence[Any]], cost_model: Any, width: in
             body.append(f"<circle cx='{px(k.intensity):.1f}' cy='{py(achieved):.1f}' r='4' fill='{color}' "
                         f"fill-opacity='0.75' stroke='#222' stroke-width='0.5'><title>{_esc(k.name)}: "
                         f"{k.intensity:.2f} FLOP/B, {achieved:.2f} GFLOP/s</title></circle>")
-        body.append(f"<circle cx='{left + pw + 16}' cy='{ly}' r='5' fill='{color}'/>")
-        body.append(_text(left + pw + 26, ly + 4, f"{label}: {len(placed)}", 11))
+        body.append(f"<circle cx='{lx + 4}' cy='{ly}' r='5' fill='{color}'/>")
+        body.append(_text(lx + 20, ly + 4, f"{label}: {len(placed)} kernel{'s' if len(placed) != 1 else ''}", 11))
         if unplaced:
-            body.append(_text(left + pw + 26, ly + 17, f"({unplaced} without FLOPs)", 9, "start", "normal", "#777"))
-        ly += 34
-    return _svg(width, height, body)
+            body.append(_text(lx + 20, ly + 17, f"({unplaced} without FLOPs, not placed)", 9, "start", "normal",
+                              "#777"))
+        ly += 32 if unplaced else 22
+    return _svg(width, max(height, int(ly) + 10), body)
 
 
 COVERAGE_COLORS = {"native": "#4caf50", "composite": "#90caf9", "fallback": "#ffb74d", "missing": "#e57373"}
@@ -341,3 +363,46 @@ def coverage_svg(reports: Mapping[str, Any], width: int = 1000) -> Svg:
                 body.append(f"<rect x='{x0 + label_w + j * cell + 1}' y='{y}' width='{cell - 2}' height='12' "
                             f"fill='{fill}'/>")
     return _svg(width, height, body)
+
+
+#: Fill colours of the partitions in :func:`partitions_drawing` (a node no partition holds: the CPU's colour).
+PARTITION_COLORS = ["#cfe2ff", "#d3f2d3", "#ffe0b3", "#e9d5ff", "#c7f0f0", "#fde2e4"]
+_CPU_COLOR = "#f8d7da"
+
+
+def partitions_drawing(gm: Any, partitions: Sequence[Any], title: str = "", max_nodes: int = 80) -> Any:
+    """An FX graph with the partitions a ``CapabilityBasedPartitioner`` proposed drawn as boxes around their nodes.
+
+    Each partition is a cluster of its own colour; an operator no partition holds (one the device lacks: it
+    runs on the CPU) is red. Parameters and inputs stay outside. Returns a graph :class:`~npu_lab.inspect.draw
+    .Drawing` (SVG from graphviz-pure).
+    """
+    from ..inspect.draw import Drawing, _esc, fx_lines
+
+    graph = gm.graph
+    owner = {n.name: i for i, p in enumerate(partitions) for n in p.nodes}
+    style = {}
+    for n in graph.nodes:
+        if n.name in owner:
+            style[n.name] = (None, PARTITION_COLORS[owner[n.name] % len(PARTITION_COLORS)], "")
+        elif n.op == "call_function":
+            style[n.name] = (None, _CPU_COLOR, 'color="#b02a37", penwidth=1.5')
+    lines = fx_lines(graph, max_nodes=max_nodes, style=style,
+                     notes={n: "on the CPU" for n, s in style.items() if s[1] == _CPU_COLOR})
+    node_lines = {line.split('"')[1]: line for line in lines if " [label=" in line and " -> " not in line}
+    rest = [line for line in lines if line not in node_lines.values()]
+    out = ["digraph G {", '  rankdir=TB; node [fontname="Helvetica", fontsize=10, style=filled];',
+           '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
+    if title:
+        out.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
+    for i, p in enumerate(partitions):
+        names = [n.name for n in graph.nodes if n.name in owner and owner[n.name] == i and n.name in node_lines]
+        out.append(f'  subgraph "cluster_{i}" {{ label="partition {getattr(p, "id", i)}: on the npu"; '
+                   f'style="rounded"; color="#2f62b5"; fontname="Helvetica"; fontsize=10;')
+        out += ["  " + node_lines[name] for name in names]
+        out.append("  }")
+    clustered = set(owner)
+    out += [line for name, line in node_lines.items() if name not in clustered]
+    out += rest
+    out.append("}")
+    return Drawing("\n".join(out), title, max_width_px=900)

@@ -223,27 +223,60 @@ def openreg_tests(files: Sequence[str] = OPENREG_FILES, keyword: str | None = No
                   timeout: float = 600.0) -> OpenregReport:
     """Run the ported torch_openreg tests ``files`` (of ``tests/openreg``) against the kernels registered now.
 
-    pytest runs in a forked copy of this process (:func:`npu_lab.grading.forked.call_forked`): the tests meet
-    your kernels as they are registered at this moment, and a test that crashes or hangs takes only the copy
-    with it (``timeout`` seconds for all). ``keyword`` is pytest's ``-k``.
+    On the bare device, pytest runs in a forked copy of this process (:func:`npu_lab.grading.forked.call_forked`):
+    the tests meet your kernels as they are registered at this moment, and a test that crashes or hangs takes
+    only the copy with it (``timeout`` seconds for all). ``keyword`` is pytest's ``-k``. On the full device
+    (chapter 8a's conformance step) they run in a fresh process instead, on the lab's own kernels, with the CPU
+    fallback on as torch_openreg has it (``tests/openreg/conftest.py``): numba's OpenMP threads do not survive a
+    fork, and a fresh process is what a CI job runs anyway (run inside a notebook's kernel, the tests of threads
+    that switch devices see the kernel's threads too).
     """
     from ..grading.forked import call_forked
 
-    bare.require_bare("conformance.openreg_tests")
-    here = openreg_dir()
-    unknown = [f for f in files if not (here / f).is_file()]
+    folder = openreg_dir()
+    unknown = [f for f in files if not (folder / f).is_file()]
     if unknown:
-        raise FileNotFoundError(f"no {', '.join(unknown)} in {here}")
+        raise FileNotFoundError(f"no {', '.join(unknown)} in {folder}")
     args = ["-q", "--color=no", "-p", "no:cacheprovider", "-p", "no:randomly", "-o", "addopts=",
-            "--rootdir", str(here.parents[1]), *[str(here / f) for f in files]]
+            "--rootdir", str(folder.parents[1]), *[str(folder / f) for f in files]]
     if keyword:
         args += ["-k", keyword]
     start = time.perf_counter()
     try:
-        tests, log = call_forked(lambda: _pytest_here(args, str(here.parents[1])), timeout)
+        if bare.is_bare():
+            tests, log = call_forked(lambda: _pytest_here(args, str(folder.parents[1])), timeout)
+        else:
+            tests, log = _pytest_fresh(args, str(folder.parents[1]), timeout)
     except TimeoutError as exc:
         raise TimeoutError(f"the openreg tests did not finish within {timeout:g} s") from exc
     return OpenregReport(tests, time.perf_counter() - start, log)
+
+
+_FRESH = """
+import json, sys
+from npu_lab.bringup.conformance import _pytest_here
+tests, log = _pytest_here(json.loads(sys.argv[1]), sys.argv[2])
+print("\\n" + json.dumps([tests, log]))
+"""
+
+
+def _pytest_fresh(args: list[str], root: str, timeout: float) -> tuple[dict[str, dict[str, str]], str]:
+    """:func:`_pytest_here` in a new Python process (the full device): (the results, the output's end)."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "NPU_LAB_BARE"}
+    try:
+        proc = subprocess.run([sys.executable, "-c", _FRESH, json.dumps(args), root], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=root)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(str(exc)) from exc
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        raise RuntimeError(f"the openreg tests' process failed: {(proc.stderr.strip().splitlines() or [''])[-1]}")
+    tests, log = json.loads(lines[-1])
+    return tests, log
 
 
 def _pytest_here(args: list[str], root: str) -> tuple[dict[str, dict[str, str]], str]:
