@@ -91,7 +91,7 @@ def device_array(tensor):
     """The NumPy view of an ``npu`` tensor's device memory, with the tensor's shape and strides.
 
     This is what a kernel works on: writing into the array writes the tensor.
-    Use it to write your own numba kernels for ``npu`` (chapters 7 and 8).
+    Use it to write your own numba kernels for ``npu`` (chapters 7 and 8a).
     """
     from .device.tensors import as_array
 
@@ -111,7 +111,7 @@ def verify(model, *inputs, **kwargs):
 
 
 def readiness(model, *inputs, compile: bool = True):
-    """Chapter 8's adaptation checklist, measured live for ``model`` on ``inputs``."""
+    """Chapter 8b's adaptation checklist, measured live for ``model`` on ``inputs``."""
     from .adaptation import readiness as _readiness
 
     return _readiness(model, *inputs, compile=compile)

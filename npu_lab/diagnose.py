@@ -146,7 +146,7 @@ def _renderer() -> Finding:
 
 
 def _cpp_compiler() -> Finding:
-    """The npu runtime and Inductor on the CPU (chapters 0, 1 and 8) compile C++: a compiler and Python's headers."""
+    """The npu runtime and Inductor on the CPU (chapters 0, 1 and 8a) compile C++: a compiler and Python's headers."""
     import shutil
     import sysconfig
 

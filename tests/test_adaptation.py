@@ -1,4 +1,4 @@
-"""verify() and readiness(): chapter 8's correctness check and live adaptation checklist."""
+"""verify() and readiness(): chapter 8b's correctness check and live adaptation checklist."""
 
 from __future__ import annotations
 

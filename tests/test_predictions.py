@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -63,3 +68,45 @@ def test_an_unknown_question_names_the_chapters_questions(home):
     home("lab.t_known")
     with pytest.raises(KeyError, match="lab.t_known"):
         npu_lab.predict("lab.t_unknwn", 1, 1)
+
+
+CHAPTER_NOTEBOOKS = sorted(p for p in (Path(__file__).resolve().parents[1] / "chapters").glob("*.ipynb"))
+_CALL = re.compile(r"""npu_lab\.predict\(\s*["']([\w.]+)["']""")
+
+
+def _predict_cells(path: Path) -> list[tuple[str, dict]]:
+    nb = json.loads(path.read_text())
+    cells = []
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        cells += [(qid, cell) for qid in _CALL.findall(source)]
+    return cells
+
+
+@pytest.mark.parametrize("path", CHAPTER_NOTEBOOKS, ids=[p.stem for p in CHAPTER_NOTEBOOKS])
+def test_every_chapter_asks_three_to_five_declared_questions_answered_by_its_cells(path):
+    cells = _predict_cells(path)
+    ids = [qid for qid, _ in cells]
+    assert 3 <= len(ids) <= 5, f"{path.name} asks {len(ids)} 'predict, then run' questions"
+    assert len(set(ids)) == len(ids), f"{path.name} asks a question twice: {ids}"
+    for qid, cell in cells:
+        q = predictions.get(qid)  # declared beside the chapter's exercises (an unknown id raises)
+        source = "".join(cell["source"])
+        first = next(line for line in source.splitlines() if line.strip() and not line.startswith("#"))
+        assert first.replace(" ", "").startswith("prediction=..."), f"{qid}: the cell starts with {first!r}"
+        last = ast.parse(source).body[-1]  # the verdict shows only if the call is the cell's last expression
+        assert isinstance(last, ast.Expr) and ast.unparse(last.value).startswith(f"npu_lab.predict('{qid}'"), (
+            f"{qid}: the cell's last statement is {ast.unparse(last)[:60]!r}, so the learner never sees the verdict")
+        shown = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                        for o in cell.get("outputs", []))
+        assert f"[no prediction] {qid}" in shown, f"{qid}: the committed output is not the unanswered verdict"
+        assert q.why and q.text
+
+
+def test_every_declared_question_is_asked_by_a_chapter():
+    asked = {qid for p in CHAPTER_NOTEBOOKS for qid, _ in _predict_cells(p)}
+    predictions.get(next(iter(asked)))  # loads every chapter's module
+    declared = {qid for qid in predictions.QUESTIONS if not qid.startswith("lab.t_")}
+    assert declared - asked == set(), "declared questions no chapter asks"

@@ -109,7 +109,7 @@ def three_ways_svg() -> Svg:
                                                "as it runs (no capture)"])
     # ways 2 and 3: capture
     body += _box(330, 106, 610, 50, _PYTORCH, ["Dynamo captures an FX graph; AOTAutograd traces",
-                                               "forward and backward ATen graphs (chapters 5, 6)"])
+                                               "forward and backward ATen graphs (chapters 5b, 6)"])
     body += _box(330, 166, 290, 110, WAY_COLORS[2],
                  ["the npu backend's passes", "pattern + pointwise fusion, layout,", "constant folding, memory plan,",
                   "launch plans (npu_lab/compiler)"], _WAY_STROKES[2], "way 2")
@@ -119,8 +119,10 @@ def three_ways_svg() -> Svg:
                                                     "numba code for fused loop nests",
                                                     "(npu_lab/inductor)"], _WAY_STROKES[3], "way 3")
     # dispatcher and below: shared
-    body += _box(20, 300, 920, 40, _PYTORCH, ["the dispatcher: tensors on npu carry the PrivateUse1 key; "
-                                              "each ATen call finds its kernel (chapter 7)"])
+    # the dispatcher's text stays left of way 2's arrow, which passes by it
+    body += _box(20, 300, 920, 40, _PYTORCH, [])
+    body.append(_text(245, 317, "the dispatcher: tensors on npu carry the PrivateUse1 key;", 12, "middle", "bold"))
+    body.append(_text(245, 331, "each ATen call finds its kernel (chapter 7)", 11, "middle"))
     body += _box(20, 350, 920, 56, WAY_COLORS[1],
                  ["ATen kernels for PrivateUse1", "numba kernels registered with torch.library (npu_lab/ops);"
                   " empty, views, copies with TORCH_LIBRARY_IMPL in C++ (csrc/aten)"], _WAY_STROKES[1], "way 1")

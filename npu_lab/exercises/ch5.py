@@ -1,4 +1,4 @@
-"""Chapter 5: TorchDynamo - read guards, remove graph breaks, compile once for every size.
+"""Chapter 5b: TorchDynamo - read guards, remove graph breaks, compile once for every size.
 
 Four exercises:
 

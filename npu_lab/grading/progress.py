@@ -148,8 +148,8 @@ class Progress:
 def _order(chapter_id: str) -> tuple[int, str]:
     """Reading order: getting started, architecture, chapters 0-7 (5a, the primer on modes and fake tensors, before
     Dynamo), the kernel puzzles, chapters 8a, 8b and 9, the bring-up track, then the rest."""
-    fixed = (["lab", "arch", "ch0", "ch1", "ch2", "ch3", "ch4", "ch5a", "ch5", "ch6", "ch7", "p1", "ch8", "ch8a",
-              "ch8b", "ch9"] + [f"b{i}" for i in range(0, 9)])
+    fixed = (["lab", "arch", "ch0", "ch1", "ch2", "ch3", "ch4", "ch5a", "ch5", "ch6", "ch7", "p1", "ch8a", "ch8b",
+              "ch9"] + [f"b{i}" for i in range(0, 9)])
     return (fixed.index(chapter_id), "") if chapter_id in fixed else (len(fixed), chapter_id)
 
 

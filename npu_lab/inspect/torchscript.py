@@ -105,7 +105,7 @@ def draw_script(obj: object, title: str = "", constants: bool = False, max_nodes
     """
     graph = _graph(obj)
     lines = ["digraph G {", '  rankdir=TB; node [fontname="Helvetica", fontsize=10, style=filled];',
-             '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];', "  compound=true;"]
+             '  edge [fontname="Helvetica", fontsize=9, color="#6b7280"];', "  compound=true;"]
     if title:
         lines.append(f'  label="{_esc(title)}"; labelloc=t; fontname="Helvetica";')
     producer: dict[int, str] = {}  # value.unique() -> DOT id of what provides it

@@ -152,7 +152,7 @@ class without_kernels:  # noqa: N801 - used like a function, as torch.no_grad is
     """Take the NPU's own kernels for some operators out of the dispatcher, until :meth:`restore`.
 
     The NPU ships kernels for most operators; to practise what a chip team does on day one,
-    remove one and register your own (chapters 7 and 8)::
+    remove one and register your own (chapters 7 and 8a)::
 
         removed = npu_lab.without_kernels("aten::hardswish", "aten::hardswish_backward")
         F.hardswish(x_npu)        # now: "Could not run 'aten::hardswish' ... 'npu' backend"

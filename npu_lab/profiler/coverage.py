@@ -1,6 +1,6 @@
 """Which ATen operators does a model need, and which does the NPU run?
 
-Chapter 8's first step for a chip team: list the operators a model reaches
+Chapter 8a's first step for a chip team: list the operators a model reaches
 (after autograd, forward and backward), and sort them into
 
 * **native**: the NPU has its own kernel (``npu_lab.claimed_ops()``);
