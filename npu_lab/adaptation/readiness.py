@@ -283,6 +283,13 @@ def _bare_performance() -> Item:
                 f"{e.fraction:.1%} of the roofline (tier '{e.tier}')")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+def _first_line(exc: BaseException, limit: int = 200) -> str:
+    """The error's type and its first sentence (or its first line cut at a word, if that is longer than ``limit``)."""
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else ""
+    end = line.find(". ")
+    if end != -1:
+        line = line[: end + 1]
+    if len(line) > limit:
+        line = line[:limit].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}: {line}"
