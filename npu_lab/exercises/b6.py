@@ -104,6 +104,10 @@ def _kernel_case(kernel: Callable, what: str, M: int, N: int, K: int, tiles: tup
         if stats.bytes_read > limit:
             return (f"it read {stats.bytes_read:,} B of device memory; loading each tile of a and b once per block "
                     f"and step{' and c once' if beta else ''} reads {limit:,} B")
+        if stats.bytes_read < limit:  # every element it multiplies reaches its block through a counted load
+            return (f"it read only {stats.bytes_read:,} B of device memory, but the product needs {limit:,} B to "
+                    "reach the blocks (each tile of a and b once per block and step"
+                    f"{', c once' if beta else ''}): every element must come in through ctx.load, not around it")
         if stats.bytes_written != 4 * M * N:
             return (f"it wrote {stats.bytes_written:,} B; storing each element of out once writes "
                     f"{4 * M * N:,} B")
