@@ -56,3 +56,30 @@ def test_reduced_precision_in_place_and_out_write_back():
     out = torch.empty(0, dtype=torch.float16, device="npu")
     torch.exp(x.half().npu(), out=out)
     assert out.dtype == torch.float16 and torch.equal(out.cpu(), torch.exp(x.half()))
+
+
+@pytest.mark.parametrize("low", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["mm", "matmul", "addmm_bias", "addmm_mat", "bmm", "mv", "dot", "mm_out"])
+def test_products_of_mixed_dtypes_raise_the_cpus_error(op, low):
+    """The npu computes 16-bit products in float32: it must still refuse float32 @ bfloat16 as the CPU does."""
+    a, b = torch.randn(3, 4), torch.randn(4, 5).to(low)
+    calls = {
+        "mm": lambda d: torch.mm(a.to(d), b.to(d)),
+        "matmul": lambda d: a.to(d) @ b.to(d),
+        "addmm_bias": lambda d: torch.addmm(torch.zeros(5, device=d, dtype=low), a.to(d), a.T[:, :5].to(d)),
+        "addmm_mat": lambda d: torch.addmm(torch.zeros(5, device=d), a.to(d), b.to(d)),
+        "bmm": lambda d: torch.bmm(a[None].to(d), b[None].to(d)),
+        "mv": lambda d: torch.mv(a.to(d), b[:, 0].to(d)),
+        "dot": lambda d: torch.dot(a[0].to(d), b[:, 0].to(d)),
+        "mm_out": lambda d: torch.mm(a.to(d), a.T.to(d), out=torch.empty(3, 3, device=d, dtype=low)),
+    }
+    with pytest.raises(RuntimeError) as cpu:
+        calls[op]("cpu")
+    with pytest.raises(RuntimeError) as npu:
+        calls[op]("npu")
+    assert str(npu.value) == str(cpu.value)
+
+
+def test_products_of_one_16_bit_dtype_still_run():
+    a, b = torch.randn(3, 4).bfloat16(), torch.randn(4, 5).bfloat16()
+    assert torch.equal(torch.mm(a.to("npu"), b.to("npu")).cpu(), torch.mm(a, b))

@@ -25,6 +25,9 @@ def execute(path: Path, timeout: int = 300) -> float:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as home:
         os.environ["NPU_LAB_HOME"] = home
+        # as ./run test: numba's OpenMP threads sleep when a parallel kernel ends instead of spinning, which on a
+        # busy machine inflated every host-time cell several times (a training step of C9's MLP: 300 ms -> 6-24 ms)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         NotebookClient(nb, timeout=timeout, kernel_name="python3", coalesce_streams=True,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
     nbformat.write(nb, path)

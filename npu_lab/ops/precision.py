@@ -66,6 +66,38 @@ def _tensors(values: Any) -> list[torch.Tensor]:
     return out
 
 
+def _overload(qualified: str) -> Any:
+    ns, name = qualified.split("::")
+    op, _, overload = name.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), op), overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+#: Products whose CPU kernels refuse operands of different dtypes (float32 with bfloat16...). Once every 16-bit
+#: argument became float32 the npu kernel could not tell, so these are checked before the conversion.
+_SAME_DTYPE = {"mm", "addmm", "mv", "addmv", "dot", "vdot", "bmm", "baddbmm", "addbmm", "addr"}
+
+
+def _probe(x: Any) -> Any:
+    """A CPU tensor of ``x``'s dtype and number of dimensions, every size 1 (lists of tensors alike)."""
+    if isinstance(x, torch.Tensor):
+        return torch.zeros((1,) * x.dim(), dtype=x.dtype)
+    if type(x) in (list, tuple):
+        return type(x)(_probe(t) for t in x)
+    return x
+
+
+def check_mixed_dtypes(overload: Any, args: tuple, kwargs: dict) -> None:
+    """Raise the CPU's own error if a product refuses these dtypes together (``mm`` of float32 and bfloat16).
+
+    The CPU operator runs on tensors of the same dtypes and dimensions with every size 1: its dtype check fires
+    with PyTorch's message, and nothing else about the call can fail (a size-1 product always fits).
+    """
+    overload(*_probe(args), **{k: _probe(v) for k, v in kwargs.items()})
+
+
 def _up(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.float() if x.dtype in LOW else x
@@ -140,6 +172,8 @@ def _byte_scale(args: tuple, kwargs: dict) -> float:
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
     schema = _schema(qualified)
+    overload = _overload(qualified)
+    same_dtype = overload is not None and qualified.split("::")[-1].split(".")[0].rstrip("_") in _SAME_DTYPE
     checks_overlap = qualified.split("::")[-1].split(".")[0].rstrip("_") not in _UNCHECKED
     written = []  # (position, name) of the arguments the operator writes
     explicit_dtype = False
@@ -158,6 +192,8 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
         tensors = [t for t in _tensors((*args, *kwargs.values())) if t.is_floating_point()]
         ranked = [t for t in tensors if t.dim() > 0] or tensors
         floating = {t.dtype for t in ranked}
+        if same_dtype and len({t.dtype for t in tensors}) > 1:
+            check_mixed_dtypes(overload, args, kwargs)
         if checks_overlap:
             _check_overlaps(written, args, kwargs)
         # On a chip with 16-bit units, the float32 stand-ins are the simulator's business, not the
