@@ -194,6 +194,43 @@ def host_step_times(rounds: int = 7, batch: int = 32, width: int = 256, depth: i
     return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
 
 
+def ddp_host_times(rounds: int = 5, per_device_batch: int = 16, width: int = 256, depth: int = 4) -> dict[str, float]:
+    """Median host seconds of one training step in this rank's process: one device on the whole batch, and DDP
+    on this rank's slice of it.
+
+    The same comparison as :func:`host_step_times`, inside the DDP processes: both warmed up first (two steps
+    each), then timed in alternating rounds, the order swapped every round (every rank follows the same order,
+    so the DDP steps' all-reduces still match).
+    """
+    from torch.nn.parallel import DistributedDataParallel
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = _device()
+    one, model = mlp(width, depth).to(device), mlp(width, depth).to(device)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=25.0)
+    x, y = batches(1, per_device_batch * world, width)[0]
+    x, y = x.to(device), y.to(device)
+    runs = {"one device": (one, torch.optim.SGD(one.parameters(), lr=0.05), x, y),
+            "DDP": (ddp, torch.optim.SGD(ddp.parameters(), lr=0.05), x.chunk(world)[rank], y.chunk(world)[rank])}
+
+    def step(name: str) -> float:
+        net, opt, inputs, target = runs[name]
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        F.mse_loss(net(inputs), target).backward()
+        opt.step()
+        _sim_now(device)
+        return time.perf_counter() - t0
+
+    for name in runs:
+        step(name), step(name)
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(rounds):
+        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            times[name].append(step(name))
+    return {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+
+
 def allreduce_times(sizes: list[int], repeat: int = 3) -> dict[str, Any]:
     """Host seconds and simulated microseconds of one all-reduce of each size (float32 elements)."""
     device = _device()
@@ -314,15 +351,21 @@ def chapter_suite(steps: int = 3, per_device_batch: int = 16, width: int = 256, 
 
     DDP training with ``per_device_batch`` samples per rank (:func:`ddp_train`), all-reduce times
     (:func:`allreduce_times`) and the other collectives' (:func:`collective_times`); with 2 ranks also tensor
-    vs data parallelism (:func:`tp_vs_dp`); DDP's bucket overlap for each of ``bucket_caps``
-    (:mod:`npu_lab.distributed.overlap`, its default model), and with ``fsdp`` the memory of DDP and FSDP
-    training (:func:`npu_lab.distributed.fsdp.train`).
+    vs data parallelism (:func:`tp_vs_dp`) and the host time of a step, one device vs DDP
+    (:func:`ddp_host_times`) and, on rank 0, one device vs DP (:func:`host_step_times`); DDP's bucket overlap
+    for each of ``bucket_caps`` (:mod:`npu_lab.distributed.overlap`, its default model), and with ``fsdp`` the
+    memory of DDP and FSDP training (:func:`npu_lab.distributed.fsdp.train`).
     """
     world = dist.get_world_size()
     out: dict[str, Any] = {"ddp": ddp_train(steps, per_device_batch * world, width, depth),
                            "allreduce": allreduce_times(list(sizes)), "collectives": collective_times()}
     if world == 2:
         out["tp_vs_dp"] = tp_vs_dp(per_device_batch * world, width)
+        out["host"] = ddp_host_times(per_device_batch=per_device_batch, width=width, depth=depth)
+        # DP in rank 0's process, with the same one kernel thread per process as the DDP side (rank 1 waits)
+        out["host_dp"] = (host_step_times(batch=per_device_batch * world, width=width, depth=depth)
+                          if dist.get_rank() == 0 else None)
+        dist.barrier()
     if bucket_caps:
         from .. import overlap
 
