@@ -93,7 +93,7 @@ def is_graph_module(obj: Any) -> bool:
 
 
 class torch_calls:  # noqa: N801 - used like a function: ``with torch_calls() as calls:``
-    """Records the torch functions called (and the operators dispatched) inside a ``with`` block.
+    """Records the torch functions called that return a tensor (and the operators dispatched) inside a ``with`` block.
 
     ``with torch_calls() as seen: ...`` then ``seen`` lists their names: used to check
     that an answer "computes it without asking PyTorch" (creates no tensor).
@@ -106,10 +106,19 @@ class torch_calls:  # noqa: N801 - used like a function: ``with torch_calls() as
         calls: list[str] = []
         self.calls = calls
 
+        def _has_tensor(value: object) -> bool:
+            if isinstance(value, torch.Tensor):
+                return True
+            return type(value) in (tuple, list) and any(isinstance(v, torch.Tensor) for v in value)
+
         class _Functions(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                calls.append(getattr(func, "__name__", str(func)))
-                return func(*args, **(kwargs or {}))
+                result = func(*args, **(kwargs or {}))
+                # only what makes or returns a tensor: a call that changes a setting (torch.set_grad_enabled,
+                # torch.set_default_device) asks PyTorch nothing, and the check's state guard reports it anyway
+                if _has_tensor(result):
+                    calls.append(getattr(func, "__name__", str(func)))
+                return result
 
         class _Operators(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
