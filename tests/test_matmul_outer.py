@@ -1,4 +1,5 @@
-"""The outer-product matmul kernel (LLVM vector micro-kernel): which products take it, and its results."""
+"""The matmul kernels: BLAS for float32/float64, and the numba kernels (``blas=False``, integers): the
+outer-product kernel (LLVM vector micro-kernel), which products take it, and their results."""
 
 from __future__ import annotations
 
@@ -23,14 +24,14 @@ def _operands(m: int, k: int, n: int, a_t: bool, b_t: bool, dtype: type, seed: i
 def test_backward_products_take_the_outer_kernel():
     out = np.empty((128, 512), np.float32)
     g, w = _operands(128, 512, 512, False, False, np.float32)  # grad @ W: W stored (out, in)
-    assert mk.choose_kernel(g, w, out) == "outer"
+    assert mk.choose_kernel(g, w, out, blas=False) == "outer"
     x, wt = _operands(128, 512, 512, False, True, np.float32)  # x @ W.T: both contiguous along K
-    assert mk.choose_kernel(x, wt, out) == "packed outer"  # W.T is transposed once into a workspace
-    assert mk.choose_kernel(x[:32], wt, out[:32]) == "dot"  # too few rows to pay for the transpose
+    assert mk.choose_kernel(x, wt, out, blas=False) == "packed outer"  # W.T is transposed once into a workspace
+    assert mk.choose_kernel(x[:32], wt, out[:32], blas=False) == "dot"  # too few rows to pay for the transpose
     gt, h = _operands(512, 128, 512, True, False, np.float32)  # g.T @ h: a weight gradient
-    assert mk.choose_kernel(gt, h, np.empty((512, 512), np.float32)) == "outer"
+    assert mk.choose_kernel(gt, h, np.empty((512, 512), np.float32), blas=False) == "outer"
     # too narrow for a block, or integers: the other kernels
-    assert mk.choose_kernel(g[:, :10], w[:10, :10], np.empty((128, 10), np.float32)) != "outer"
+    assert mk.choose_kernel(g[:, :10], w[:10, :10], np.empty((128, 10), np.float32), blas=False) != "outer"
     ints = np.ones((8, 8), np.int64)
     assert mk.choose_kernel(ints, np.ones((8, 128), np.int64), np.empty((8, 128), np.int64)) != "outer"
 
@@ -44,8 +45,9 @@ def test_outer_kernel_matches_float64_reference(dtype, m, k, n, a_t):
     cols = simd.TILE_COLS[np.dtype(dtype)]
     for epilogue in ("none", "bias_relu"):
         out, sums = np.full((m, n), np.nan, dtype), np.full(m, np.nan, dtype)
-        assert mk.choose_kernel(a, b, out) == ("outer" if n >= cols else mk.choose_kernel(a, b, out))
-        mk.mm(a, b, out, epilogue=epilogue, bias=None if epilogue == "none" else bias, a_row_sums=sums)
+        assert mk.choose_kernel(a, b, out, blas=False) == ("outer" if n >= cols else
+                                                           mk.choose_kernel(a, b, out, blas=False))
+        mk.mm(a, b, out, epilogue=epilogue, bias=None if epilogue == "none" else bias, a_row_sums=sums, blas=False)
         ref = a.astype(np.float64) @ b.astype(np.float64)
         if epilogue == "bias_relu":
             ref = np.maximum(ref + bias, 0)
@@ -71,7 +73,8 @@ def test_outer_kernel_runs_generated_epilogues():
 
 
 def test_mlp_backward_packs_nothing(monkeypatch):
-    """The MLP's weight and input gradients run without a packing copy."""
+    """The MLP's weight and input gradients run without a packing copy (numba's kernels, as with BLAS off)."""
+    monkeypatch.setattr(mk._blas, "ENABLED", False)
     packs: list[tuple[int, ...]] = []
     real = mk.pack_rows
 
@@ -99,8 +102,8 @@ def test_dot_kernel_folds_sums_and_finishes_the_tail(dtype, m, k, n, tiles):
     """The dot kernel's vector tile (k a multiple of the lanes) plus the scalar tail and the edge code."""
     a, b = _operands(m, k, n, False, True, dtype, seed=2)
     out = np.full((m, n), np.nan, dtype)
-    assert mk.choose_kernel(a, b, out) == "dot"
-    mk.mm(a, b, out, tiles, epilogue="relu")
+    assert mk.choose_kernel(a, b, out, blas=False) == "dot"
+    mk.mm(a, b, out, tiles, epilogue="relu", blas=False)
     ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * np.sqrt(k))
@@ -133,8 +136,8 @@ def test_packed_outer_matches_float64_reference(dtype, m, k, n):
     a, b = _operands(m, k, n, False, True, dtype, seed=4)
     bias = np.random.default_rng(5).standard_normal(n).astype(dtype)
     out, sums = np.full((m, n), np.nan, dtype), np.full(m, np.nan, dtype)
-    assert mk.choose_kernel(a, b, out) == "packed outer"
-    mk.mm(a, b, out, epilogue="bias_relu", bias=bias, a_row_sums=sums)
+    assert mk.choose_kernel(a, b, out, blas=False) == "packed outer"
+    mk.mm(a, b, out, epilogue="bias_relu", bias=bias, a_row_sums=sums, blas=False)
     ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
     tol = 1e-4 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * np.sqrt(k))
@@ -153,3 +156,170 @@ def test_workspace_is_reused_grown_and_per_thread():
     thread.start()
     thread.join()
     assert not np.shares_memory(seen[0], mk.workspace("test", (64, 64), np.float32))
+
+
+def test_float_products_take_blas_and_others_the_numba_kernels(monkeypatch):
+    f32 = np.empty((8, 8), np.float32)
+    assert mk.choose_kernel(f32, f32, f32) == "blas"
+    assert mk.choose_kernel(f32.astype(np.float64), f32.astype(np.float64), f32.astype(np.float64)) == "blas"
+    ints = np.ones((8, 8), np.int64)
+    assert mk.choose_kernel(ints, ints, ints) != "blas"
+    assert mk.choose_kernel(f32, f32, np.empty((8, 8), np.float32, order="F")) != "blas"  # out not C-contiguous
+    assert mk.choose_kernel(f32, f32.astype(np.float64), f32) != "blas"  # mixed dtypes
+    monkeypatch.setattr(mk._blas, "ENABLED", False)
+    assert mk.choose_kernel(f32, f32, f32) != "blas"
+
+
+def _strided(x: np.ndarray, how: str) -> np.ndarray:
+    """``x`` (2-D) in another layout with the same values: transposed storage, a step of 2, or a broadcast row."""
+    if how == "t":
+        return np.ascontiguousarray(x.T).T
+    if how == "step":
+        wide = np.zeros((x.shape[0], 2 * x.shape[1]), x.dtype)
+        wide[:, ::2] = x
+        return wide[:, ::2]  # no unit stride: BLAS cannot read it, so it is copied first
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (1, 7, 5), (5, 7, 1), (7, 9, 130), (64, 256, 512), (33, 1, 65)])
+@pytest.mark.parametrize("layout", [("c", "c"), ("t", "c"), ("c", "t"), ("step", "t"), ("t", "step")])
+def test_blas_products_and_epilogue_pass_match_float64_reference(dtype, m, k, n, layout):
+    """BLAS's product in every operand layout, then the epilogue as a pass over the output, and the row sums."""
+    rng = np.random.default_rng(7)
+    a0, b0 = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    a, b = _strided(a0, layout[0]), _strided(b0, layout[1])
+    bias = rng.standard_normal(n).astype(dtype)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    for epilogue in ("none", "bias", "relu", "bias_relu"):
+        out, sums = np.full((m, n), np.nan, dtype), np.full(m, np.nan, dtype)
+        assert mk.choose_kernel(a, b, out) == "blas"
+        mk.mm(a, b, out, epilogue=epilogue, bias=None if epilogue in ("none", "relu") else bias, a_row_sums=sums)
+        ref = a0.astype(np.float64) @ b0.astype(np.float64)
+        if "bias" in epilogue:
+            ref = ref + bias
+        if "relu" in epilogue:
+            ref = np.maximum(ref, 0)
+        np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * np.sqrt(k))
+        np.testing.assert_allclose(sums, a0.astype(np.float64).sum(1), rtol=tol, atol=tol * np.sqrt(k))
+        # the numba kernels give the same values (to rounding)
+        again = np.full((m, n), np.nan, dtype)
+        mk.mm(a, b, again, epilogue=epilogue, bias=None if epilogue in ("none", "relu") else bias, blas=False)
+        np.testing.assert_allclose(again, out, rtol=tol, atol=tol * np.sqrt(k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blas_batched_products_in_any_layout(dtype):
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((6, 5, 7)).astype(dtype)
+    b = rng.standard_normal((6, 7, 4)).astype(dtype)
+    for bb in (b, np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1), np.repeat(b[:1], 6, 0)):
+        out = np.full((6, 5, 4), np.nan, dtype)
+        mk.bmm(a, bb, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ bb.astype(np.float64), rtol=1e-4, atol=1e-4)
+    expanded = np.broadcast_to(b[:1], b.shape)  # a zero batch stride (an expanded tensor)
+    out = np.full((6, 5, 4), np.nan, dtype)
+    mk.bmm(a, expanded, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) @ expanded.astype(np.float64), rtol=1e-4, atol=1e-4)
+
+
+def test_blas_threads_follow_numba(monkeypatch):
+    """NumPy's BLAS gets numba's thread count before each product; PyTorch's BLAS is asked for it per call
+    (for the calling thread only); PyTorch's own CPU thread count stays as it was."""
+    import numba
+
+    from npu_lab.kernels import blas
+
+    torch_threads = torch.get_num_threads()
+    before = numba.get_num_threads()
+    monkeypatch.setattr(blas, "_threads", -1)  # forget the last count given
+    assert blas.sync_threads() == before
+    assert blas._controllers, "threadpoolctl found no BLAS library in NumPy"
+    assert all(lc.num_threads == before for lc in blas._controllers)
+    a = np.ones((64, 64), np.float32)
+    numba.set_num_threads(1)
+    try:
+        out = np.empty_like(a)
+        blas._numpy_matmul(a, a, out)  # NumPy's product syncs the count first
+        assert all(lc.num_threads == 1 for lc in blas._controllers)
+        np.testing.assert_array_equal(out, np.full_like(a, 64))
+        out = np.empty_like(a)
+        mk.mm(a, a, out)  # whichever BLAS the machine has
+        np.testing.assert_array_equal(out, np.full_like(a, 64))
+    finally:
+        numba.set_num_threads(before)
+    blas.sync_threads()
+    assert all(lc.num_threads == before for lc in blas._controllers)
+    assert torch.get_num_threads() == torch_threads  # PyTorch's own CPU threads are not BLAS's to change
+
+
+def test_blas_state_is_found_at_import():
+    """Nothing about the BLAS libraries is looked up lazily: importing threadpoolctl sets an environment
+    variable, which a graded check would report as the learner's doing."""
+    import os
+    import sys
+
+    from npu_lab.kernels import blas
+
+    assert "threadpoolctl" in sys.modules and "KMP_DUPLICATE_LIB_OK" in os.environ
+    assert set(blas._torch_blas) == set(blas.DTYPES)
+    before = dict(os.environ)
+    out = np.empty((64, 64), np.float64)
+    blas.matmul(np.ones((64, 64)), np.ones((64, 64)), out)
+    blas._numpy_matmul(np.ones((64, 64)), np.ones((64, 64)), out)
+    assert dict(os.environ) == before
+
+
+def test_blas_compiles_once_under_threads(monkeypatch):
+    """The lazily compiled signatures of the BLAS caller are added under a lock (several threads at once)."""
+    import threading
+
+    from npu_lab.kernels import blas
+
+    if blas.backend() != "torch":
+        pytest.skip("PyTorch exports no BLAS here")
+    monkeypatch.setattr(blas, "_signatures", set())
+    errors: list[BaseException] = []
+    a = np.ones((2, 8, 8), np.float32)
+
+    def run() -> None:
+        try:
+            out = np.empty_like(a)
+            blas.matmul(a, a, out)
+            np.testing.assert_array_equal(out, np.full_like(a, 8))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and (np.dtype(np.float32), 3) in blas._signatures
+
+
+
+def test_first_products_inside_a_check_change_no_global_state():
+    """A learner's first float products (BLAS: PyTorch's or NumPy's, whose thread pool threadpoolctl sets) run
+    inside a check without changing global state (an environment variable set by a lazy import would be
+    reported as the learner's doing). In a fresh process, so that they really are the first."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, torch, npu_lab
+        from npu_lab.grading import isolation
+        from npu_lab.kernels import blas
+        snap = isolation.snapshot()
+        a = torch.randn(64, 32, device="npu", requires_grad=True)
+        lin = torch.nn.Linear(32, 16).to("npu")
+        lin(a).relu().sum().backward()
+        torch.mm(a.detach().double(), a.detach().double().T)
+        blas._numpy_matmul(np.ones((8, 8)), np.ones((8, 8)), np.empty((8, 8)))
+        blas.sync_threads()
+        print("CHANGED", snap.restore())
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "CHANGED []" in proc.stdout, proc.stdout[-2000:]

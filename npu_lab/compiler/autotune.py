@@ -7,8 +7,10 @@ random data of the shape, laid out as ``x @ weight.T`` is (the weight's rows are
 read as they are), stores the winner in
 ``npu_lab.ops.linalg.tiles`` (which ``mm``/``addmm``/``linear_relu`` consult), and
 remembers it in a JSON file so the next process does not time it again.
-Shapes that take the outer-product kernel (a fixed block of sums) have nothing
-to tune and are reported as such.
+Shapes that take BLAS (float32 and float64 products: :mod:`npu_lab.kernels.blas`)
+or the outer-product kernel (a fixed block of sums) have nothing to tune and are
+reported as such; ``tune(..., blas=False)`` tunes the numba kernels that run
+when BLAS is switched off (``NPU_LAB_BLAS=0``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class TuneResult:
 
     def describe(self) -> str:
         m, n, k = self.shape
+        if self.kernel == "blas":
+            which = "PyTorch's" if mk._blas.backend() == "torch" else "NumPy's"
+            return f"mm {m}x{k} @ {k}x{n}: takes BLAS ({which}, tuned for this CPU): no tiles to tune"
         if self.kernel not in TILED:
             return (f"mm {m}x{k} @ {k}x{n}: takes the {self.kernel} kernel (a fixed block of "
                     f"{simd.MR}x{simd.TILE_COLS[np.dtype(np.float32)]} sums in registers): no tiles to tune")
@@ -74,18 +79,19 @@ def _store(entries: dict[str, list[int]]) -> None:
     os.replace(tmp, path)
 
 
-def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True) -> TuneResult:
+def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True, blas: bool = True) -> TuneResult:
     """Pick tile sizes for ``(m, k) @ (k, n)`` and install them for that shape.
 
-    Only the dot-product and row-by-row kernels have tile sizes; a shape that takes the outer-product form
-    (:func:`npu_lab.kernels.matmul.choose_kernel`) is reported as such and not timed.
+    Only the dot-product and row-by-row kernels have tile sizes; a shape that takes BLAS or the outer-product
+    form (:func:`npu_lab.kernels.matmul.choose_kernel`) is reported as such and not timed. ``blas=False``
+    tunes the numba kernels a float32 product runs when BLAS is off.
     """
     key = f"{m}x{n}x{k}"
     result = TuneResult((m, n, k))
     a = np.empty((m, k), np.float32)
     b = np.empty((n, k), np.float32).T  # nn.Linear's weight.T
     out = np.empty((m, n), np.float32)
-    result.kernel = mk.choose_kernel(a, b, out)
+    result.kernel = mk.choose_kernel(a, b, out, blas=blas)
     if result.kernel not in TILED:
         return result
     entries = _load() if use_cache else {}
@@ -97,11 +103,11 @@ def tune(m: int, n: int, k: int, repeat: int = 3, use_cache: bool = True) -> Tun
         a[:] = rng.standard_normal((m, k), dtype=np.float32)
         b[:] = rng.standard_normal((k, n), dtype=np.float32)
         for tiles in CANDIDATES:
-            mk.mm(a, b, out, tiles)  # compile / warm up
+            mk.mm(a, b, out, tiles, blas=False)  # compile / warm up
             best = float("inf")
             for _ in range(repeat):
                 t0 = time.perf_counter()
-                mk.mm(a, b, out, tiles)
+                mk.mm(a, b, out, tiles, blas=False)
                 best = min(best, time.perf_counter() - t0)
             result.timings_us[tiles] = best * 1e6
         result.best = min(result.timings_us, key=result.timings_us.get)

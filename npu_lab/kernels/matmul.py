@@ -62,7 +62,9 @@ import numba
 import numpy as np
 from numba import prange
 
+from . import blas as _blas
 from . import codegen, simd, threads
+from .pointers import ptr_array
 
 #: (TM, TN) used when no tuned choice exists for a shape.
 DEFAULT_TILES = (4, 4)
@@ -82,6 +84,8 @@ DOT_MIN_K = 48
 ROWS_MIN_COLS = 16
 #: Columns of the row-by-row kernel's scratch buffer.
 ROWS_CHUNK = 256
+#: An epilogue pass after a BLAS product runs on all threads from this many output values.
+PARALLEL_MIN_EPILOGUE = 1 << 16
 
 
 #: Epilogues fused into the final write of each output value: ``v`` is the sum,
@@ -214,6 +218,8 @@ def {name}(a, w, out, bias, zero):
         for j in range(nf if i < mf else 0, n):
 {_edge_code(epilogue, "            ", "p, ")}
 ''')
+    fns += [_epilogue_source(epilogue, "epilogue_pass", True),
+            _epilogue_source(epilogue, "epilogue_pass_serial", False)]
     fns += [_rows_source(tm, epilogue, "mm_rows", True), _rows_source(tm, epilogue, "mm_rows_serial", False)]
     fns += [_outer_source(epilogue, "mm_outer", True), _outer_source(epilogue, "mm_outer_serial", False)]
     fns += [_dot_source(tm, tn, epilogue, "mm_simd", True), _dot_source(tm, tn, epilogue, "mm_simd_serial", False)]
@@ -249,6 +255,22 @@ def {name}(a, w, out, lanes, bias, zero{extra}):
     for i in {loop}(m):                # edge: columns right of the last full tile, rows below it
         for j in range(nf if i < mf else 0, n):
 {_edge_code(epilogue, "            ", "")}
+'''
+
+
+def _epilogue_source(epilogue: Epilogue, name: str, parallel: bool) -> str:
+    """The epilogue alone, over a finished product in ``out`` (after a BLAS product, :func:`mm`): each
+    value ``v = out[i, j]`` is finished and stored as the fused kernels do it."""
+    loop = "prange" if parallel else "range"
+    extra = "".join(f", {p}" for p in epilogue.params)
+    store = "\n".join("            " + line for line in _store_code(epilogue, "i", ""))
+    return f'''@numba.njit(parallel={parallel}, **_opts)
+def {name}(out, bias, zero{extra}):
+    m, n = out.shape
+    for i in {loop}(np.uintp(m)):
+        for j in range(np.uintp(n)):
+            v = out[i, j]
+{store}
 '''
 
 
@@ -465,9 +487,37 @@ def _col_sums(at, out, zero):  # pragma: no cover - compiled
             out[i] += row[i]
 
 
-def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
-    """Which kernel :func:`mm` runs for ``a @ b`` into ``out``: "dot", "outer", "packed outer" or "rows".
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _add_bias_rows(out, bias):  # pragma: no cover - compiled
+    """out[i, j] = out[i, j] + bias[j] over rows shared out across threads (the "bias" epilogue)."""
+    m, n = out.shape
+    for i in prange(np.uintp(m)):
+        for j in range(np.uintp(n)):
+            out[i, j] = out[i, j] + bias[j]
 
+
+@numba.njit(cache=True, nogil=True)
+def add_bias_rows(m, n, out_address, bias_address, zero):  # pragma: no cover - compiled
+    """The "bias" epilogue after a BLAS product, on memory given by address: ``out`` (``m x n``, C-contiguous)
+    gets ``bias`` (``n`` values) added to every row; ``zero`` is a value of their dtype. From
+    :data:`PARALLEL_MIN_EPILOGUE` values on, on all threads."""
+    out = ptr_array(out_address, m * n, zero)
+    bias = ptr_array(bias_address, n, zero)
+    if m * n >= PARALLEL_MIN_EPILOGUE:
+        _add_bias_rows(out.reshape((m, n)), bias)
+        return
+    for i in range(m):
+        row = out[i * n:(i + 1) * n]
+        for j in range(n):
+            row[j] = row[j] + bias[j]
+
+
+def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray, blas: bool = True) -> str:
+    """Which kernel :func:`mm` runs for ``a @ b`` into ``out``: "blas", "dot", "outer", "packed outer" or "rows".
+
+    * "blas" for float32 and float64 products (:mod:`npu_lab.kernels.blas`: PyTorch's BLAS, else
+      NumPy's, tuned for the machine it runs on), unless ``blas`` is False; the epilogue then runs
+      as a second pass over the output. The numba kernels below take the rest:
     * "dot" when ``a`` and ``b.T`` already have contiguous rows (``x @ weight.T``) and
       the product is too small or too narrow for "packed outer": nothing to pack, long
       dot products;
@@ -479,6 +529,8 @@ def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
     * "rows" for a short ``K`` or a few rows when ``b`` would need packing;
     * "dot" on packed copies otherwise.
     """
+    if blas and _blas.takes(a, b, out):
+        return "blas"
     m, k = a.shape
     n = b.shape[1]
     dt = out.dtype
@@ -496,32 +548,56 @@ def choose_kernel(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str:
     return "dot"
 
 
+def _plain(epilogue: str | Epilogue) -> bool:
+    """Does ``epilogue`` store each sum as it is (nothing for a pass after a BLAS product to do)?"""
+    if isinstance(epilogue, Epilogue):
+        return not epilogue.body and epilogue.writes == ("v",) and not epilogue.params
+    return epilogue == "none"
+
+
+def _row_sums_of(a: np.ndarray, out: np.ndarray, zero: object) -> None:
+    """out[i] = the sum of row i of ``a``, read along whichever of its dimensions is contiguous."""
+    if a.T.flags.c_contiguous:
+        _col_sums(a.T, out, zero)
+    else:
+        _row_sums(a, out, zero)
+
+
 def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
        epilogue: str | Epilogue = "none", bias: np.ndarray | None = None, extra: Sequence[object] = (),
-       a_row_sums: np.ndarray | None = None) -> None:
+       a_row_sums: np.ndarray | None = None, blas: bool = True) -> None:
     """out[:] = epilogue(a @ b) for 2-D arrays of any strides (``out`` C-contiguous).
 
     ``extra`` are the values of an :class:`Epilogue`'s ``params``, in order.
     ``a_row_sums``, if given, receives the sum of each row of ``a`` (a weight
     gradient ``g.T @ x`` gives the bias gradient ``g.sum(0)`` this way).
-    :func:`choose_kernel` says which kernel runs.
+    :func:`choose_kernel` says which kernel runs (``blas=False``: one of the numba kernels,
+    even for float32 and float64).
     """
+    if blas and _blas.takes(a, b, out):
+        if a_row_sums is not None:
+            _row_sums_of(a, a_row_sums, _zeros(out.dtype)[0])
+        _blas.matmul(a, b, out)
+        if not _plain(epilogue):
+            mod = module(*tiles, epilogue)
+            zeros = _zeros(out.dtype)
+            bias = zeros if bias is None else pack_rows(bias.reshape(-1))
+            run = mod.epilogue_pass if out.size >= PARALLEL_MIN_EPILOGUE else mod.epilogue_pass_serial
+            run(out, bias, zeros[0], *extra)
+        return
     mod = module(*tiles, epilogue)
     m, k = a.shape
     n = b.shape[1]
     zeros = _zeros(out.dtype)
     bias = zeros if bias is None else pack_rows(bias.reshape(-1))
     parallel = m * n * k >= PARALLEL_MIN_WORK
-    kind = choose_kernel(a, b, out)
+    kind = choose_kernel(a, b, out, blas=False)
     if kind == "packed outer":
         b = pack_rows(b, slot="b")
         kind = "outer"
     if kind == "outer":
         if a_row_sums is not None:
-            if a.T.flags.c_contiguous:
-                _col_sums(a.T, a_row_sums, zeros[0])
-            else:
-                _row_sums(a, a_row_sums, zeros[0])
+            _row_sums_of(a, a_row_sums, zeros[0])
         (mod.mm_outer if parallel else mod.mm_outer_serial)(a, b, out, simd.TILE_COLS[out.dtype], bias, zeros[0],
                                                             *extra)
         return
@@ -538,8 +614,13 @@ def mm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = D
         (mod.mm if parallel else mod.mm_serial)(a, pack_rows(b.T, slot="b"), out, bias, zeros[0], *extra)
 
 
-def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES) -> None:
-    """out[p] = a[p] @ b[p] for 3-D arrays of any strides (``out`` C-contiguous)."""
+def bmm(a: np.ndarray, b: np.ndarray, out: np.ndarray, tiles: tuple[int, int] = DEFAULT_TILES,
+        blas: bool = True) -> None:
+    """out[p] = a[p] @ b[p] for 3-D arrays of any strides (``out`` C-contiguous); float32 and float64
+    through BLAS unless ``blas`` is False."""
+    if blas and _blas.takes(a, b, out):
+        _blas.matmul(a, b, out)
+        return
     a = pack_rows(a)
     w = pack_rows(b.transpose(0, 2, 1))
     mod = module(*tiles)

@@ -16,6 +16,7 @@ import numpy as np
 from numba import prange
 
 from .fast_math import fast_exp
+from .pointers import ptr_array
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -58,6 +59,21 @@ def sum_cols(x, out):
             row = x[i, lo:hi]
             for j in range(hi - lo):
                 acc[j] += row[j]
+
+
+@numba.njit(**_opts)
+def sum_leading(rows, cols, x_address, out_address, like):
+    """out[j] = the sum over i of x[i, j] for a C-contiguous ``rows x cols`` array given by address, summed in
+    float64 down each column (:func:`sum_cols`' order) and stored in ``like``'s dtype; serial (small arrays)."""
+    x = ptr_array(x_address, rows * cols, like)
+    out = ptr_array(out_address, cols, like)
+    acc = np.zeros(cols, np.float64)
+    for i in range(rows):
+        row = x[i * cols:(i + 1) * cols]
+        for j in range(cols):
+            acc[j] += row[j]
+    for j in range(cols):
+        out[j] = acc[j]
 
 
 @numba.njit(parallel=True, **_opts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import types
 
 import numba
+from numba.core.caching import NullCache
 
 #: Kernels touching fewer elements than this run serially.
 PARALLEL_MIN_WORK = 1 << 16
@@ -30,7 +31,8 @@ def _serial_twin(kernel):
     fn.__module__ = py.__module__
     fn.__doc__ = py.__doc__
     options = {k: v for k, v in kernel.targetoptions.items() if k not in ("parallel", "nopython")}
-    return numba.njit(**options)(fn)
+    # ``cache`` is not a target option: without it each process would compile every twin again (1-2 s each).
+    return numba.njit(cache=not isinstance(kernel._cache, NullCache), **options)(fn)
 
 
 def sized(kernel, work: int):

@@ -8,6 +8,7 @@ import torch
 
 from ..device import fallback
 from ..kernels import indexing as ik
+from ..kernels.threads import sized
 from .common import (
     NUMPY_DTYPES,
     as_array,
@@ -123,7 +124,7 @@ def index_select(self, dim, index):
     out = empty(out_shape, self.dtype)
     if out.numel():
         x = _three(self, dim)
-        ik.index_select(x, idx, as_array(out).reshape(x.shape[0], idx.shape[0], x.shape[2]))
+        sized(ik.index_select, out.numel())(x, idx, as_array(out).reshape(x.shape[0], idx.shape[0], x.shape[2]))
     launch("index_select", 0, nbytes(out) + idx.nbytes, nbytes(out))
     return out
 
@@ -161,7 +162,7 @@ def gather(self, dim, index, *, sparse_grad=False):
         sl = tuple(slice(0, index.shape[d]) if d != dim else slice(None) for d in range(self.dim()))
         x = self[sl] if self.dim() else self.reshape(1)
         x3 = _three(x, dim)
-        ik.gather(x3, idx, as_array(out).reshape(outer, n, inner))
+        sized(ik.gather, out.numel())(x3, idx, as_array(out).reshape(outer, n, inner))
     launch("gather", 0, nbytes(out) + nbytes(index), nbytes(out))
     return out
 
@@ -421,7 +422,7 @@ def _triangle(self: torch.Tensor, diagonal: int, lower: bool, out: torch.Tensor 
     if self.numel():
         r, c = self.shape[-2:]
         x = as_array(self.contiguous()).reshape(-1, r, c)
-        ik.triangle(x, as_array(res).reshape(-1, r, c), diagonal, lower)
+        sized(ik.triangle, x.size)(x, as_array(res).reshape(-1, r, c), diagonal, lower)
     launch("tril" if lower else "triu", 0, nbytes(self), nbytes(res))
     if out is not None:
         resize_out(out, res.shape)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import native
 from ..kernels import matmul as mk
 from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
 from .copy import device_copy
@@ -18,6 +19,79 @@ from .registry import register
 
 #: Tile sizes used by mm when no autotuned choice exists for a shape.
 tiles = {"default": mk.DEFAULT_TILES}
+
+_C = native.load()
+_empty, _current_device, _launch = _C.empty, _C.current_device, _C.launch
+_Tensor = torch.Tensor
+_layout = mk._blas.layout
+
+
+def _blas_entry(dtype: torch.dtype) -> tuple | None:
+    """(PyTorch's BLAS product for ``dtype``, a zero of it), or None where there is no such BLAS."""
+    np_dtype = {torch.float32: np.float32, torch.float64: np.float64}[dtype]
+    gemm = mk._blas.gemm_for(np_dtype)
+    return None if gemm is None else (gemm, np_dtype(0))
+
+
+#: float dtype -> :func:`_blas_entry` for the fast paths, filled at import (read-only afterwards)
+_BLAS: dict[torch.dtype, tuple | None] = {dt: _blas_entry(dt) for dt in (torch.float32, torch.float64)}
+
+
+def _fast_product(a, b, bias=None) -> torch.Tensor | None:
+    """``a @ b`` (plus a bias row) with BLAS straight on the tensors' memory: two matrices of one float dtype on
+    the current device, none empty, each readable by BLAS as it is; None for anything else (the kernel's
+    general path then runs, checks and all)."""
+    if not (isinstance(a, _Tensor) and isinstance(b, _Tensor) and mk._blas.ENABLED):
+        return None
+    dtype = a.dtype
+    entry = _BLAS.get(dtype)
+    if entry is None or b.dtype is not dtype or a.dim() != 2 or b.dim() != 2:
+        return None
+    dev = a.get_device()
+    if dev != _current_device() or b.get_device() != dev:
+        return None
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2 or not (m and n and k):
+        return None
+    sa, sb = a.stride(), b.stride()
+    la = _layout(m, k, sa[0], sa[1])
+    lb = _layout(k, n, sb[0], sb[1])
+    if la is None or lb is None:
+        return None
+    if bias is not None and not (bias.stride()[-1] == 1 or n == 1):
+        return None
+    out = _empty((m, n), dtype, dev)
+    entry[0](m, n, k, a.data_ptr(), la, b.data_ptr(), lb, out.data_ptr())
+    if bias is not None:
+        mk.add_bias_rows(m, n, out.data_ptr(), bias.data_ptr(), entry[1])
+    return out
+
+
+def _fast_mm(self, mat2):
+    out = _fast_product(self, mat2)
+    if out is not None:
+        m, k = self.shape
+        n = mat2.shape[1]
+        size = out.element_size()
+        _launch("mm", 2.0 * m * n * k, (m * k + k * n) * size, m * n * size, -1, 32)
+    return out
+
+
+def _fast_addmm(self, mat1, mat2, *, beta=1, alpha=1):
+    """nn.Linear's ``addmm``: a bias row of the product's dtype (1-D, or 1 x n), beta = alpha = 1."""
+    if not (beta == 1 and alpha == 1 and isinstance(self, _Tensor) and isinstance(mat2, _Tensor)
+            and self.dtype is mat2.dtype and self.get_device() == mat2.get_device()):
+        return None
+    n = mat2.shape[-1] if mat2.dim() == 2 else -1
+    if tuple(self.shape) not in ((n,), (1, n)):
+        return None
+    out = _fast_product(mat1, mat2, self)
+    if out is not None:
+        m, k = mat1.shape
+        size = out.element_size()
+        _launch("addmm", 2.0 * m * n * k + m * n, (m * k + k * n + n) * size, m * n * size, -1, 32)
+    return out
 
 
 def _check_mm(op: str, a: torch.Tensor, b: torch.Tensor) -> None:
@@ -52,7 +126,7 @@ def mm_into(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor
     return out
 
 
-@register("mm")
+@register("mm", fast=_fast_mm)
 def mm(self, mat2):
     _check_mm("mm", self, mat2)
     out = empty((self.shape[0], mat2.shape[1]), self.dtype)
@@ -82,7 +156,7 @@ def _epilogue(prod: torch.Tensor, bias: torch.Tensor, beta, alpha) -> torch.Tens
                      named={"alpha": alpha, "beta": beta}, out=prod, inplace=True, flops=3)
 
 
-@register("addmm")
+@register("addmm", fast=_fast_addmm)
 def addmm(self, mat1, mat2, *, beta=1, alpha=1):
     _check_mm("addmm", mat1, mat2)
     check_same_device("aten::addmm", self)

@@ -248,8 +248,9 @@ def _fast(name: str, template: str, args: Sequence[object], to_float: bool, bool
           flops: float) -> torch.Tensor | None:
     """The common case at a fraction of the cost: npu tensors of one dtype, shape and device, all contiguous.
 
-    Nothing to promote, broadcast or cast, so the kernel runs on 1-D views of the
-    operands; None sends every other case down the general path.
+    Nothing to promote, broadcast or cast, so the kernel runs on the operands' memory as flat
+    arrays (:meth:`~npu_lab.kernels.elementwise.ElementwiseKernel.ptr_kernels`); None sends every
+    other case down the general path.
     """
     a0 = args[0]
     if type(a0) is not _Tensor:
@@ -267,18 +268,222 @@ def _fast(name: str, template: str, args: Sequence[object], to_float: bool, bool
     key = (name, template, dtype, len(args), bool_result)
     entry = _FAST.get(key)
     if entry is None:
-        if to_float and not (dtype.is_floating_point or dtype.is_complex) or dtype not in NUMPY_DTYPES:
+        if to_float and not (dtype.is_floating_point or dtype.is_complex) or dtype not in _NP:
             return None
         expr = template.format(*[f"x{k}" for k in range(len(args))])
         if dtype == torch.bool and not bool_result:
             expr = f"({expr}) != 0"  # as the general path: a bool result of arithmetic is "non-zero"
-        entry = _FAST[key] = (elementwise.kernel(name, len(args), expr, ()), torch.bool if bool_result else dtype)
-    kernel, result_dtype = entry
+        kernel = elementwise.kernel(name, len(args), expr, ())
+        result_dtype = torch.bool if bool_result else dtype
+        entry = _FAST[key] = (*kernel.ptr_kernels(_NP[result_dtype], _NP[dtype]), kernel.name, result_dtype)
+    serial, parallel, kname, result_dtype = entry
     out = _empty(shape, result_dtype, dev)
-    kernel.run_flat((_flat_view(out),), [_flat_view(a) for a in args], ())
+    (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), *[a.data_ptr() for a in args])
     itemsize = a0.element_size()
-    launch(kernel.name, flops * n, len(args) * n * itemsize, n * out.element_size(), dev)
+    launch(kname, flops * n, len(args) * n * itemsize, n * out.element_size(), dev)
     return out
+
+
+# ---------------------------------------------------------------------------
+# Fast paths (``register(..., fast=...)``): the operators a training step calls most, for contiguous
+# tensors of one dtype on the current device, without the general path's promotion, broadcasting and
+# checks. Each returns None for anything else (the general path then runs and raises what it raises).
+
+#: The dtypes the fast paths take, with their NumPy dtypes.
+_NP: dict[torch.dtype, np.dtype] = {
+    dt: np.dtype(NUMPY_DTYPES[dt]) for dt in (torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
+                                              torch.int8, torch.uint8, torch.bool)
+}
+_FLOATS = (torch.float32, torch.float64)
+_INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+_PARALLEL = elementwise.PARALLEL_THRESHOLD
+_current_device = _C.current_device
+
+
+def _overlaps_partly(out: torch.Tensor, other: torch.Tensor, nbytes: int) -> bool:
+    """Do two contiguous tensors of ``nbytes`` each share some, but not all, of their bytes?"""
+    p, q = out.data_ptr(), other.data_ptr()
+    return p != q and p < q + nbytes and q < p + nbytes
+
+
+def _scalar_fits(dtype: torch.dtype, value: object) -> bool:
+    """Does a Python number ``value`` keep ``dtype`` as the result type (no promotion)?"""
+    kind = type(value)
+    return kind is float and dtype in _FLOATS or kind is int and dtype in _NP and dtype is not torch.bool
+
+
+def _fast_unary(name: str, template: str, *, to_float: bool = False, bool_result: bool = False,
+                flops: float = 1.0, inplace: bool = False) -> Callable | None:
+    """The fast path of a one-input operator (functional, or in place with ``inplace``)."""
+    if name in _ARGUMENT_RULES or name in _KERNEL_RULES:
+        return None
+    table: dict[torch.dtype, tuple | None] = {}
+
+    def entry(dtype: torch.dtype) -> tuple | None:
+        if dtype not in _NP or to_float and dtype not in _FLOATS \
+                or inplace and bool_result and dtype is not torch.bool:
+            return None
+        expr = template.format("x0")
+        result_dtype = torch.bool if bool_result else dtype
+        if result_dtype is torch.bool and not bool_result:
+            expr = f"({expr}) != 0"
+        kernel = elementwise.kernel(name, 1, expr, ())
+        return (*kernel.ptr_kernels(_NP[result_dtype], _NP[dtype]), kernel.name, result_dtype,
+                _NP[dtype].itemsize, _NP[result_dtype].itemsize)
+
+    def fast(a):
+        if not isinstance(a, _Tensor):
+            return None
+        dtype = a.dtype
+        e = table.get(dtype, False)
+        if e is False:
+            e = table[dtype] = entry(dtype)
+        dev = a.get_device()
+        if e is None or dev != _current_device() or not a.is_contiguous():
+            return None
+        n = a.numel()
+        if not n:
+            return None
+        serial, parallel, kname, result_dtype, in_size, out_size = e
+        out = a if inplace else _empty(a.shape, result_dtype, dev)
+        (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), a.data_ptr())
+        launch(kname, flops * n, n * in_size, n * out_size, dev)
+        return out
+
+    return fast
+
+
+def _fast_binary(name: str, template: str, alpha_template: str | None = None, *, to_float: bool = False,
+                 bool_result: bool = False, flops: float = 1.0, inplace: bool = False) -> Callable | None:
+    """The fast path of a two-input operator ``op(self, other[, alpha])``: ``other`` a tensor like
+    ``self``, a Python number or a zero-dim CPU tensor that does not change the result's dtype."""
+    if name in _ARGUMENT_RULES or name in _KERNEL_RULES:
+        return None
+    table: dict[tuple, tuple | None] = {}
+
+    def entry(dtype: torch.dtype, scalar: bool, alpha: bool) -> tuple | None:
+        if dtype not in _NP or to_float and dtype not in _FLOATS \
+                or inplace and bool_result and dtype is not torch.bool:
+            return None
+        names = ("x0", "c1") if scalar else ("x0", "x1")
+        expr = (alpha_template if alpha else template).format(*names)
+        result_dtype = torch.bool if bool_result else dtype
+        if result_dtype is torch.bool and not bool_result:
+            expr = f"({expr}) != 0"
+        kernel = elementwise.kernel(name, 1 if scalar else 2, expr, ("c1",) * scalar + ("alpha",) * alpha)
+        return (*kernel.ptr_kernels(_NP[result_dtype], _NP[dtype]), kernel.name, result_dtype,
+                NUMPY_DTYPES[dtype], _NP[dtype].itemsize, _NP[result_dtype].itemsize)
+
+    def fast(a, b, alpha=1):
+        if not isinstance(a, _Tensor):
+            return None
+        dtype = a.dtype
+        dev = a.get_device()
+        if dev != _current_device() or not a.is_contiguous():
+            return None
+        n = a.numel()
+        if not n:
+            return None
+        scaled = alpha != 1
+        if scaled and (alpha_template is None or not _scalar_fits(dtype, alpha)):
+            return None
+        shape = a.shape
+        if isinstance(b, _Tensor):
+            if b.get_device() == dev:
+                if b.dtype is not dtype or b.shape != shape or not b.is_contiguous():
+                    return None
+                scalar = False
+            elif b.dim() == 0 and b.device.type == "cpu" and (b.dtype is dtype or a.dim() and (
+                    dtype in _FLOATS and not b.dtype.is_complex
+                    or dtype in _INTEGERS and not (b.dtype.is_floating_point or b.dtype.is_complex))):
+                scalar = True  # a number given as a tensor (``x * 2`` passes 2 this way): the CPU's promotion
+                b = b.item()   # keeps self's dtype, as for a Python number of the same kind
+            else:
+                return None
+        elif _scalar_fits(dtype, b):
+            scalar = True
+        else:
+            return None
+        key = (dtype, scalar, scaled)
+        e = table.get(key, False)
+        if e is False:
+            e = table[key] = entry(dtype, scalar, scaled)
+        if e is None:
+            return None
+        serial, parallel, kname, result_dtype, np_type, in_size, out_size = e
+        if inplace:
+            if not scalar and _overlaps_partly(a, b, n * in_size):
+                return None
+            out = a
+        else:
+            out = _empty(shape, result_dtype, dev)
+        run = parallel if n >= _PARALLEL else serial
+        try:
+            if scalar:
+                if scaled:
+                    run(n, out.data_ptr(), a.data_ptr(), np_type(b), np_type(alpha))
+                else:
+                    run(n, out.data_ptr(), a.data_ptr(), np_type(b))
+            elif scaled:
+                run(n, out.data_ptr(), a.data_ptr(), b.data_ptr(), np_type(alpha))
+            else:
+                run(n, out.data_ptr(), a.data_ptr(), b.data_ptr())
+        except OverflowError:  # an integer scalar out of the dtype's range: the general path wraps it
+            return None
+        launch(kname, flops * n, (1 if scalar else 2) * n * in_size, n * out_size, dev)
+        return out
+    return fast
+
+
+def _fast_named(name: str, template: str, keys: Sequence[str], *, tensors: int = 2, to_float: bool = False,
+                flops: float = 1.0) -> Callable:
+    """The fast path of an operator ``op(t0[, t1], *values)``: one or two tensors of one dtype, shape and
+    device (contiguous), and Python numbers for the template's named scalars ``keys``, in order."""
+    table: dict[torch.dtype, tuple | None] = {}
+
+    def entry(dtype: torch.dtype) -> tuple | None:
+        if dtype not in _NP or dtype is torch.bool or to_float and dtype not in _FLOATS:
+            return None
+        kernel = elementwise.kernel(name, tensors, template.format(*[f"x{i}" for i in range(tensors)]), tuple(keys))
+        return (*kernel.ptr_kernels(_NP[dtype], _NP[dtype]), kernel.name, NUMPY_DTYPES[dtype], _NP[dtype].itemsize)
+
+    def fast(a, *rest):
+        if not isinstance(a, _Tensor) or len(rest) != tensors - 1 + len(keys):
+            return None
+        dtype = a.dtype
+        dev = a.get_device()
+        if dev != _current_device() or not a.is_contiguous():
+            return None
+        n = a.numel()
+        if not n:
+            return None
+        shape = a.shape
+        addresses = [a.data_ptr()]
+        for b in rest[:tensors - 1]:
+            if not isinstance(b, _Tensor) or b.dtype is not dtype or b.get_device() != dev or b.shape != shape \
+                    or not b.is_contiguous():
+                return None
+            addresses.append(b.data_ptr())
+        values = rest[tensors - 1:]
+        for v in values:
+            if not _scalar_fits(dtype, v):
+                return None
+        e = table.get(dtype, False)
+        if e is False:
+            e = table[dtype] = entry(dtype)
+        if e is None:
+            return None
+        serial, parallel, kname, np_type, size = e
+        try:
+            scalars = [np_type(v) for v in values]
+        except OverflowError:
+            return None
+        out = _empty(shape, dtype, dev)
+        (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), *addresses, *scalars)
+        launch(kname, flops * n, tensors * n * size, n * size, dev)
+        return out
+
+    return fast
 
 
 def _short(dtype: torch.dtype) -> str:
@@ -334,10 +539,15 @@ def _binary_family(base: str, template: Callable[[object], tuple[str, dict]] | s
         def out_form(self, other, *, out):  # noqa: F811
             return o0(self, other, out=out)
 
+    simple = template if isinstance(template, str) else template(1)[0]
+    alpha_template = None if isinstance(template, str) else template(2)[0]
+    flags = {"to_float": to_float, "bool_result": bool_result, "flops": flops}
+    fast = _fast_binary(base, simple, alpha_template, **flags)
+    fast_in_place = _fast_binary(base, simple, alpha_template, inplace=True, **flags)
     for ov in overloads:
-        register(f"{base}.{ov}")(functional)
+        register(f"{base}.{ov}", fast=fast)(functional)
         if inplace:
-            register(f"{base}_.{ov}")(in_place)
+            register(f"{base}_.{ov}", fast=fast_in_place)(in_place)
     if out:
         if "Tensor" in overloads:
             register(f"{base}.Tensor_out" if base in _TENSOR_OUT_NAMES else f"{base}.out")(out_form)
@@ -557,8 +767,9 @@ def _unary(name: str, template: str, to_float: bool, flops: float) -> None:
         return pointwise(name, pick(self), (self,), out=out, to_float=to_float,
                          bool_result=bool_result, flops=flops)
 
-    register(name)(functional)
-    register(f"{name}_")(in_place)
+    flags = {"to_float": to_float, "bool_result": bool_result, "flops": flops}
+    register(name, fast=_fast_unary(name, template, **flags))(functional)
+    register(f"{name}_", fast=_fast_unary(name, template, inplace=True, **flags))(in_place)
     register(f"{name}.out")(out_form)
 
 
@@ -566,7 +777,25 @@ for _n, (_t, _f, _fl) in UNARY.items():
     _unary(_n, _t, _f, _fl)
 
 
-@register("gelu")
+_GELU_FAST = {a: _fast_unary(f"gelu_{a}", f"gelu_{f}({{0}})", to_float=True, flops=12)
+              for a, f in (("none", "erf"), ("tanh", "tanh"))}
+_GELU_BACKWARD_FAST = {a: _fast_binary(f"gelu_backward_{a}", f"gelu_{f}_grad({{0}}, {{1}})", flops=20)
+                       for a, f in (("none", "erf"), ("tanh", "tanh"))}
+
+
+def _fast_gelu(self, *, approximate="none"):
+    fast = _GELU_FAST.get(approximate) if type(approximate) is str else None
+    return None if fast is None else fast(self)
+
+
+def _fast_gelu_backward(grad_output, self, *, approximate="none"):
+    fast = _GELU_BACKWARD_FAST.get(approximate) if type(approximate) is str else None
+    if fast is None or not isinstance(self, _Tensor):
+        return None
+    return fast(grad_output, self)
+
+
+@register("gelu", fast=_fast_gelu)
 def gelu(self, *, approximate="none"):
     fn = "gelu_tanh" if approximate == "tanh" else "gelu_erf"
     return pointwise(f"gelu_{approximate}", f"{fn}({{0}})", (self,), to_float=True, flops=12)
@@ -578,13 +807,14 @@ def gelu_inplace(self, *, approximate="none"):
     return pointwise(f"gelu_{approximate}", f"{fn}({{0}})", (self,), out=self, inplace=True, flops=12)
 
 
-@register("gelu_backward")
+@register("gelu_backward", fast=_fast_gelu_backward)
 def gelu_backward(grad_output, self, *, approximate="none"):
     fn = "gelu_tanh_grad" if approximate == "tanh" else "gelu_erf_grad"
     return pointwise(f"gelu_backward_{approximate}", f"{fn}({{0}}, {{1}})", (grad_output, self), flops=20)
 
 
-@register("threshold_backward")
+@register("threshold_backward", fast=_fast_named("threshold_backward", "{0} * 0 if {1} <= threshold else {0}",
+                                                 ("threshold",)))
 def threshold_backward(grad_output, self, threshold):
     return pointwise("threshold_backward", "{0} * 0 if {1} <= threshold else {0}",
                      (grad_output, self), named={"threshold": threshold})

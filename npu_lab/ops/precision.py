@@ -241,4 +241,7 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
 
         return back(result)
 
-    return functools.wraps(fn)(kernel)  # profilers and the dispatch inspector name the kernel, not this wrapper
+    wrapped = functools.wraps(fn)(kernel)  # profilers and the dispatch inspector name the kernel, not this wrapper
+    #: the registry calls ``__wrapped__`` (``fn``) itself when no argument is float16/bfloat16
+    wrapped.computes_in_float32 = True  # type: ignore[attr-defined]
+    return wrapped

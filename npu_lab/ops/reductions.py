@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..device import fallback
+from ..device import fallback, native
 from ..kernels import reduction as rk
-from ..kernels.threads import sized
+from ..kernels.threads import PARALLEL_MIN_WORK, sized
 from .common import (
     NUMPY_DTYPES,
     as_array,
@@ -237,7 +237,44 @@ def _sum_leading(t: torch.Tensor, n: int, keepdim: bool, rdtype: torch.dtype, me
     return out
 
 
-@register("sum.dim_IntList")
+_C = native.load()
+_empty, _current_device = _C.empty, _C.current_device
+#: float dtypes of the sum's fast path, with a value of each (its dtype for the kernel)
+_SUM_FAST = {torch.float32: np.float32(0), torch.float64: np.float64(0)}
+
+
+def _fast_sum_dim(self, dim, keepdim=False, *, dtype=None):
+    """A bias gradient's sum: a small contiguous float tensor summed over its leading dimensions (what
+    :func:`_sum_leading` computes, the same way); None for anything else."""
+    if dtype is not None or not isinstance(self, torch.Tensor) or type(dim) not in (list, tuple) or not dim:
+        return None
+    like = _SUM_FAST.get(self.dtype)
+    dev = self.get_device()
+    if like is None or dev != _current_device() or not self.is_contiguous():
+        return None
+    nd = self.dim()
+    count = len(dim)
+    if count >= nd:
+        return None
+    for i, d in enumerate(dim):
+        if type(d) is not int or d % nd != i or not -nd <= d < nd:
+            return None
+    shape = self.shape
+    numel = self.numel()
+    if not numel or numel >= PARALLEL_MIN_WORK:
+        return None
+    rest = list(shape[count:])
+    cols = 1
+    for s in rest:
+        cols *= s
+    out = _empty([1] * count + rest if keepdim else rest, self.dtype, dev)
+    rk.sum_leading(numel // cols, cols, self.data_ptr(), out.data_ptr(), like)
+    size = self.element_size()
+    launch("sum", numel, numel * size, cols * size)
+    return out
+
+
+@register("sum.dim_IntList", fast=_fast_sum_dim)
 def sum_dim(self, dim, keepdim=False, *, dtype=None):
     return _reduce_sum(self, dim, keepdim, dtype)
 

@@ -23,7 +23,7 @@ import torch
 from numba.core.errors import TypingError
 
 from ..device import bare, fallback, native
-from .precision import in_float32
+from .precision import LOW, in_float32
 
 _C = native.load()
 
@@ -42,16 +42,31 @@ _libs: dict[str, torch.library.Library] = {}
 _removed: dict[str, Callable] = {}
 
 
+#: qualified overload name -> the kernel's fast path (see :func:`register`), for the overloads that have one.
+FAST: dict[str, Callable] = {}
+
+
 def _impl(qualified: str, kernel: Callable) -> None:
     ns, op = qualified.split("::")
     lib = _libs[qualified] = torch.library.Library(ns, "IMPL")
     lib.impl(op, kernel, "PrivateUse1")
 
 
-def register(*names: str) -> Callable[[Callable], Callable]:
+def _dispatched(qualified: str, fn: Callable) -> Callable:
+    """What the dispatcher calls for ``fn``: its fast path (if any), half precision, device guard, profiler."""
+    return _profiled(qualified, in_float32(qualified, fn), FAST.get(qualified))
+
+
+def register(*names: str, fast: Callable | None = None) -> Callable[[Callable], Callable]:
     """Register the decorated function as the ``npu`` kernel of each overload.
 
     Names are ``"aten::op.overload"`` or ``"op.overload"`` (``aten`` implied).
+
+    ``fast``, if given, is tried first with the same arguments, while no profile records: a function
+    that handles the common case (contiguous tensors of one dtype on the current device, say) with
+    less Python than the kernel's general path, and returns None for everything else. It must give
+    what the kernel gives (same values, same launches on the simulated clock) wherever it returns a
+    result, and leave every check and error to the kernel.
     """
 
     def deco(fn: Callable) -> Callable:
@@ -60,10 +75,12 @@ def register(*names: str) -> Callable[[Callable], Callable]:
             qualified = qualified.removesuffix(".default")
             if qualified in CLAIMED or qualified in SHIPPED:
                 raise RuntimeError(f"{qualified} registered twice for npu")
+            if fast is not None:
+                FAST[qualified] = fast
             if bare.BARE:
                 SHIPPED[qualified] = fn
                 continue
-            _impl(qualified, _profiled(qualified, in_float32(qualified, fn)))
+            _impl(qualified, _dispatched(qualified, fn))
             CLAIMED[qualified] = fn
         return fn
 
@@ -75,12 +92,25 @@ _NUMBA_MISSING_DTYPES = {"float16": "Half", "bfloat16": "BFloat16"}
 
 def _device_of(args: tuple) -> int:
     """The npu device of the inputs (-1 if none), raising if two inputs are on different npu devices."""
+    return _scan(args)[0]
+
+
+def _scan(args: tuple) -> tuple[int, bool]:
+    """(the npu device of the inputs or -1, is one of them float16/bfloat16?), in one pass over them (lists of
+    tensors included); raises if two inputs are on different npu devices."""
     dev = -1
+    low = False
     for a in args:
         if type(a) is torch.Tensor or isinstance(a, torch.Tensor):
             d = a.get_device()
-        elif type(a) in (list, tuple) and a and isinstance(a[0], torch.Tensor):
-            d = _device_of(tuple(a))
+            if a.dtype in LOW:
+                low = True
+        elif type(a) in (list, tuple) and a:
+            if not isinstance(a[0], torch.Tensor):  # (a list led by None: no device from it, as before)
+                low = low or any(isinstance(t, torch.Tensor) and t.dtype in LOW for t in a)
+                continue
+            d, low_list = _scan(tuple(a))
+            low = low or low_list
         else:
             continue
         if d < 0 or d == dev:
@@ -92,30 +122,43 @@ def _device_of(args: tuple) -> int:
             )
         if dev < 0:
             dev = d
-    return dev
+    return dev, low
 
 
-def _profiled(qualified: str, fn: Callable) -> Callable:
-    """``fn`` on its inputs' device, behind the profiler's hook (one flag check when nothing records)."""
+def _profiled(qualified: str, fn: Callable, fast: Callable | None = None) -> Callable:
+    """``fn`` on its inputs' device, behind the profiler's hook (one flag check when nothing records).
+
+    ``fast`` (:func:`register`) runs first when nothing records; None from it sends the call on to ``fn``.
+    ``fn`` made by :func:`~npu_lab.ops.precision.in_float32` is called as the function it wraps when no
+    argument is float16 or bfloat16 (one scan of the arguments finds the device and that).
+    """
     from ..profiler import hooks
 
     current_device, exchange_device = _C.current_device, _C.exchange_device
-
-    def call(args, kwargs):
-        if hooks.recorder is None:
-            return fn(*args, **kwargs)
-        return hooks.call(qualified, fn, args, kwargs)
+    plain = getattr(fn, "__wrapped__", fn) if getattr(fn, "computes_in_float32", False) else fn
 
     def kernel(*args, **kwargs):
         try:
-            dev = _device_of(args)
-            if dev < 0 and kwargs:
-                dev = _device_of(tuple(kwargs.values()))
+            if fast is not None and hooks.recorder is None:
+                result = fast(*args, **kwargs)
+                if result is not None:
+                    return result
+            dev, low = _scan(args)
+            if kwargs:
+                kdev, klow = _scan(tuple(kwargs.values()))
+                low = low or klow
+                if dev < 0:
+                    dev = kdev
+            target = fn if low else plain
             if dev < 0 or dev == current_device():
-                return call(args, kwargs)
+                if hooks.recorder is None:
+                    return target(*args, **kwargs)
+                return hooks.call(qualified, target, args, kwargs)
             previous = exchange_device(dev)
             try:
-                return call(args, kwargs)
+                if hooks.recorder is None:
+                    return target(*args, **kwargs)
+                return hooks.call(qualified, target, args, kwargs)
             finally:
                 exchange_device(previous)
         except fallback.NotHandled as exc:
@@ -188,7 +231,7 @@ class without_kernels:  # noqa: N801 - used like a function, as torch.no_grad is
         for qualified in self.names:
             fn = _removed.pop(qualified, None)
             if fn is not None:
-                _impl(qualified, _profiled(qualified, in_float32(qualified, fn)))
+                _impl(qualified, _dispatched(qualified, fn))
                 CLAIMED[qualified] = fn
         self.names = []
 
@@ -243,7 +286,7 @@ class register_shipped:  # noqa: N801 - used like a function
         self._aside = step_aside(self.names)
         try:
             for q in self.names:
-                _impl(q, _profiled(q, in_float32(q, SHIPPED[q])))
+                _impl(q, _dispatched(q, SHIPPED[q]))
                 CLAIMED[q] = SHIPPED[q]
         except BaseException:
             self.__exit__()
