@@ -56,6 +56,17 @@ DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
 #: False: every product runs on the numba kernels (``NPU_LAB_BLAS=0`` in the environment).
 ENABLED = os.environ.get("NPU_LAB_BLAS", "1") != "0"
 
+
+def _after_fork_in_child() -> None:
+    """A forked child (a graded check's copy of the notebook) runs its products on the numba kernels: BLAS's
+    OpenMP team did not come along, and the first multi-threaded product in the child would wait for it forever."""
+    global ENABLED
+    ENABLED = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _opts = dict(cache=True, nogil=True)
 
 
@@ -178,7 +189,11 @@ def _find_torch_routines(dtype: np.dtype) -> tuple[int, int, int] | None:
         setter = _address(linalg_decomp._library().MKL_Set_Num_Threads_Local)
         from numba.np.ufunc import parallel
 
-        parallel._launch_threads()
+        from ..device.registration import start_kernel_threads
+
+        # numba's pool, started as the device starts it: on a bare device its workqueue layer (a forked
+        # check's child cannot run GNU OpenMP), and torch's CPU thread count left as it was
+        start_kernel_threads()
         getter = _address(parallel._get_num_threads)
     except (AttributeError, ImportError, TypeError):
         setter = getter = 0
