@@ -83,3 +83,18 @@ def test_products_of_mixed_dtypes_raise_the_cpus_error(op, low):
 def test_products_of_one_16_bit_dtype_still_run():
     a, b = torch.randn(3, 4).bfloat16(), torch.randn(4, 5).bfloat16()
     assert torch.equal(torch.mm(a.to("npu"), b.to("npu")).cpu(), torch.mm(a, b))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_batch_norm_in_half_precision_updates_its_running_statistics(dtype):
+    """native_batch_norm writes running_mean/var though its schema does not mark them written: computing in
+    float32 must still write the new statistics back into the 16-bit buffers, as the CPU does."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, 4, dtype=dtype) * 2 + 1
+    stats = {dev: (torch.zeros(3, dtype=dtype, device=dev), torch.ones(3, dtype=dtype, device=dev))
+             for dev in ("cpu", "npu")}
+    for dev, (mean, var) in stats.items():
+        torch.nn.functional.batch_norm(x.to(dev), mean, var, training=True, momentum=0.5)
+    for cpu, npu in zip(stats["cpu"], stats["npu"]):
+        torch.testing.assert_close(npu.cpu(), cpu, rtol=2e-2, atol=2e-2)
+    assert stats["npu"][0].abs().sum() > 0  # the mean moved from zero

@@ -12,9 +12,13 @@ Which BLAS:
 * **PyTorch's** (``sgemm_``/``dgemm_`` exported by ``libtorch_cpu``: Intel MKL on
   x86-64), called from compiled code as :mod:`npu_lab.kernels.linalg_decomp`
   calls LAPACK. It is the routine PyTorch's CPU ``mm`` runs, so the npu's
-  products run at PyTorch's CPU speed on every machine. Its threads are
-  PyTorch's OpenMP team; each call asks for numba's thread count
-  (``mkl_set_num_threads_local``, for the calling thread only and put back after).
+  products run at PyTorch's CPU speed on every machine. It runs on numba's threads
+  (:func:`_gemm_units`): a large product is cut into blocks of columns, one per
+  thread, and each thread calls the library with a thread count of one
+  (``mkl_set_num_threads_local``, for that thread only and put back after). The
+  library then never starts an OpenMP team of its own beside numba's: two teams
+  whose idle threads spin take the cores from each other, and on a 2-core machine
+  a product that followed a numba kernel (or the reverse) ran 2-5 times slower.
 * **NumPy's** (``np.matmul``) where PyTorch exports none. Its thread pool gets
   numba's thread count (:func:`sync_threads`, through ``threadpoolctl``). OpenBLAS's
   threads keep spinning for a while after each product, which slows the numba
@@ -39,7 +43,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import prange, types
 from numba.extending import intrinsic
 
 from . import linalg_decomp
@@ -68,6 +72,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 _opts = dict(cache=True, nogil=True)
+_T, _N = ord("T"), ord("N")
 
 
 def takes(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
@@ -109,69 +114,79 @@ def _call_int(typingctx, fn, args):  # noqa: ANN001, ARG001 - numba's intrinsic 
     return types.int32(fn, args), codegen
 
 
+#: Products of fewer multiply-adds than this run on the calling thread alone.
+PARALLEL_MIN_MACS = 1 << 18
+
+
+@numba.njit(parallel=True, **_opts)
+def _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, sa, lda, b, sb, ldb, c, s_c, size, one, zero):
+    """``units`` column-major products ``C = op(A) op(B)`` on numba's threads: matrix ``u // splits`` of a
+    batch (address strides ``sa, sb, s_c`` in bytes), its columns cut into ``splits`` blocks, block
+    ``u % splits``. Each runs ``?gemm`` with one thread (the library's setting for that thread, put back
+    after), so the library never starts an OpenMP team of its own next to numba's."""
+    for u in prange(units):
+        p = u // splits
+        part = u % splits
+        j0 = n * part // splits
+        j1 = n * (part + 1) // splits
+        iv = np.empty(6, np.int32)
+        iv[0] = m
+        iv[1] = j1 - j0
+        iv[2] = k
+        iv[3] = lda
+        iv[4] = ldb
+        iv[5] = m
+        ch = np.empty(2, np.uint8)
+        ch[0] = ta
+        ch[1] = tb
+        sc = np.full(2, one)
+        sc[1] = zero
+        # column j of op(B): ldb elements further along when B is not transposed, one when it is
+        pb = b + p * sb + j0 * (ldb if tb == _N else 1) * size
+        pc = c + p * s_c + j0 * m * size
+        if j1 > j0:
+            before = 0
+            if set_threads != 0:
+                before = _call_int(set_threads, (np.int64(1),))
+            linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
+                                     iv[2:].ctypes.data, sc[0:].ctypes.data, a + p * sa, iv[3:].ctypes.data,
+                                     pb, iv[4:].ctypes.data, sc[1:].ctypes.data, pc, iv[5:].ctypes.data))
+            if set_threads != 0:
+                _call_int(set_threads, (before,))
+
+
+@numba.njit(**_opts)
+def _plan(get_threads, batch, m, n, k):
+    """(units, splits) for :func:`_gemm_units`: every thread busy on a large product, one unit on a small one."""
+    threads = _call_int(get_threads, ()) if get_threads != 0 else 1
+    if threads <= 1 or batch * m * n * k < PARALLEL_MIN_MACS:
+        return batch, 1
+    splits = 1 if batch >= threads else min(max(1, n // 16), (threads + batch - 1) // batch)
+    return batch * splits, splits
+
+
 @numba.njit(**_opts)
 def _gemm(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, one, zero):
     """Column-major products C = op(A) op(B) with Fortran's ``?gemm`` (every argument by reference), one
     per matrix of a batch when the arrays are 3-D (``c`` row-major: C is its transpose, leading dimension
-    ``n``). With ``set_threads`` (the library's setter for the calling thread) the products run on as many
-    threads as ``get_threads`` (numba's count for this thread) says; the thread's own setting is put back
-    after."""
-    iv = np.empty(6, np.int32)
-    iv[0] = m
-    iv[1] = n
-    iv[2] = k
-    iv[3] = lda
-    iv[4] = ldb
-    iv[5] = m
-    ch = np.empty(2, np.uint8)
-    ch[0] = ta
-    ch[1] = tb
-    sc = np.empty(2, c.dtype)
-    sc[0] = one
-    sc[1] = zero
+    ``m``), on numba's threads (:func:`_gemm_units`)."""
     batch = c.shape[0] if c.ndim == 3 else 1
     sa = a.strides[0] if a.ndim == 3 else 0
     sb = b.strides[0] if b.ndim == 3 else 0
     s_c = c.strides[0] if c.ndim == 3 else 0
-    pa, pb, pc = a.ctypes.data, b.ctypes.data, c.ctypes.data
-    before = 0
-    if set_threads != 0:
-        before = _call_int(set_threads, (_call_int(get_threads, ()),))
-    for p in range(batch):
-        linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
-                                 iv[2:].ctypes.data, sc[0:].ctypes.data, pa + p * sa, iv[3:].ctypes.data,
-                                 pb + p * sb, iv[4:].ctypes.data, sc[1:].ctypes.data, pc + p * s_c,
-                                 iv[5:].ctypes.data))
-    if set_threads != 0:
-        _call_int(set_threads, (before,))
+    units, splits = _plan(get_threads, batch, m, n, k)
+    _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a.ctypes.data, sa, lda, b.ctypes.data, sb, ldb,
+                c.ctypes.data, s_c, c.itemsize, one, zero)
 
 
 @numba.njit(**_opts)
-def _gemm_addresses(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, one, zero):
-    """:func:`_gemm` for one product of operands given by address (the tensors' ``data_ptr()``)."""
-    iv = np.empty(6, np.int32)
-    iv[0] = m
-    iv[1] = n
-    iv[2] = k
-    iv[3] = lda
-    iv[4] = ldb
-    iv[5] = m
-    ch = np.empty(2, np.uint8)
-    ch[0] = ta
-    ch[1] = tb
-    sc = np.full(2, one)
-    sc[1] = zero
-    before = 0
-    if set_threads != 0:
-        before = _call_int(set_threads, (_call_int(get_threads, ()),))
-    linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
-                             iv[2:].ctypes.data, sc[0:].ctypes.data, a, iv[3:].ctypes.data, b, iv[4:].ctypes.data,
-                             sc[1:].ctypes.data, c, iv[5:].ctypes.data))
-    if set_threads != 0:
-        _call_int(set_threads, (before,))
+def _gemm_addresses(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, size, one, zero):
+    """:func:`_gemm` for one product of operands given by address (the tensors' ``data_ptr()``, ``size`` bytes
+    per element)."""
+    units, splits = _plan(get_threads, 1, m, n, k)
+    _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, 0, lda, b, 0, ldb, c, 0, size, one, zero)
 
 
-_T, _N = ord("T"), ord("N")
 
 
 def _address(fn: object) -> int:
@@ -293,12 +308,13 @@ def gemm_for(dtype: np.dtype) -> Callable | None:
         return None
     fn, set_threads, get_threads = routines
     one, zero = np.dtype(dtype).type(1), np.dtype(dtype).type(0)
+    size = np.dtype(dtype).itemsize
     call = _gemm_addresses
 
     def gemm(m: int, n: int, k: int, a: int, a_layout: tuple[int, int], b: int, b_layout: tuple[int, int],
              out: int) -> None:
         call(fn, set_threads, get_threads, b_layout[0], a_layout[0], n, m, k, b, b_layout[1], a, a_layout[1], out,
-             one, zero)
+             size, one, zero)
 
     return gemm
 

@@ -205,59 +205,71 @@ def pool_output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool)
     return out
 
 
-# --- 3-D (and transposed) convolution: vol2col / col2vol ----------------------------------------------
+# --- 1-3-D convolutions, plain and transposed: unfold / fold ------------------------------------------
 
 @numba.njit(parallel=True, **_opts)
-def vol2col(x, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, cols):
-    """x: (N, C, D, H, W) -> cols: (N*od*oh*ow, C*kd*kh*kw); reads outside the volume are zeros."""
+def unfold(x, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, cols):
+    """x: (N, C, D, H, W) -> cols: (C*kd*kh*kw, N, od*oh*ow): row ``(c, a, i, j)`` holds, for every
+    sample and output position, the input value that kernel tap sees (zeros outside the volume). Seen as
+    a ``(C*kk, N*positions)`` matrix it is the right operand of one product for the whole batch. The
+    innermost loop walks an output row, so for stride 1 it copies a run of contiguous input values into
+    a contiguous run of the matrix."""
     n_, c_, d_, h_, w_ = x.shape
-    for t in prange(n_ * od_ * oh_):
-        n = t // (od_ * oh_)
-        od = (t // oh_) % od_
-        oh = t % oh_
-        for ow in range(ow_):
-            row = ((n * od_ + od) * oh_ + oh) * ow_ + ow
-            for c in range(c_):
-                for a in range(kd):
-                    iz = od * sd - pd + a * dd
-                    for i in range(kh):
-                        iy = oh * sh - ph + i * dh
-                        for j in range(kw):
-                            ix = ow * sw - pw + j * dw
-                            col = ((c * kd + a) * kh + i) * kw + j
-                            if 0 <= iz < d_ and 0 <= iy < h_ and 0 <= ix < w_:
-                                cols[row, col] = x[n, c, iz, iy, ix]
+    kk = kd * kh * kw
+    for t in prange(n_ * c_):
+        n = t // c_
+        c = t % c_
+        for a in range(kd):
+            for i in range(kh):
+                for j in range(kw):
+                    row = c * kk + (a * kh + i) * kw + j
+                    for oz in range(od_):
+                        iz = oz * sd - pd + a * dd
+                        for oy in range(oh_):
+                            iy = oy * sh - ph + i * dh
+                            base = (oz * oh_ + oy) * ow_
+                            if iz < 0 or iz >= d_ or iy < 0 or iy >= h_:
+                                for ox in range(ow_):
+                                    cols[row, n, base + ox] = 0
                             else:
-                                cols[row, col] = 0.0
+                                for ox in range(ow_):
+                                    ix = ox * sw - pw + j * dw
+                                    if 0 <= ix < w_:
+                                        cols[row, n, base + ox] = x[n, c, iz, iy, ix]
+                                    else:
+                                        cols[row, n, base + ox] = 0
 
 
 @numba.njit(parallel=True, **_opts)
-def col2vol(cols, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, out):
-    """Adjoint of vol2col: out (N, C, D, H, W) = the sum of cols (N*od*oh*ow, C*kd*kh*kw) at their positions."""
+def fold(cols, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, od_, oh_, ow_, out):
+    """Adjoint of :func:`unfold`: out (N, C, D, H, W) = the sum of cols (C*kd*kh*kw, N, od*oh*ow) at the
+    input positions its entries came from."""
     n_, c_, d_, h_, w_ = out.shape
+    kk = kd * kh * kw
     for t in prange(n_ * c_):
         n = t // c_
         c = t % c_
         for iz in range(d_):
             for iy in range(h_):
                 for ix in range(w_):
-                    out[n, c, iz, iy, ix] = 0.0
-        for od in range(od_):
-            for a in range(kd):
-                iz = od * sd - pd + a * dd
-                if iz < 0 or iz >= d_:
-                    continue
-                for oh in range(oh_):
-                    for i in range(kh):
-                        iy = oh * sh - ph + i * dh
-                        if iy < 0 or iy >= h_:
+                    out[n, c, iz, iy, ix] = 0
+        for a in range(kd):
+            for i in range(kh):
+                for j in range(kw):
+                    row = c * kk + (a * kh + i) * kw + j
+                    for oz in range(od_):
+                        iz = oz * sd - pd + a * dd
+                        if iz < 0 or iz >= d_:
                             continue
-                        for ow in range(ow_):
-                            row = ((n * od_ + od) * oh_ + oh) * ow_ + ow
-                            for j in range(kw):
-                                ix = ow * sw - pw + j * dw
+                        for oy in range(oh_):
+                            iy = oy * sh - ph + i * dh
+                            if iy < 0 or iy >= h_:
+                                continue
+                            base = (oz * oh_ + oy) * ow_
+                            for ox in range(ow_):
+                                ix = ox * sw - pw + j * dw
                                 if 0 <= ix < w_:
-                                    out[n, c, iz, iy, ix] += cols[row, ((c * kd + a) * kh + i) * kw + j]
+                                    out[n, c, iz, iy, ix] += cols[row, n, base + ox]
 
 
 # --- 3-D, adaptive and fractional pooling -------------------------------------------------------------

@@ -162,6 +162,62 @@ def _ov_gelu_tanh_grad(g, x):
     return _pick(x, 3)
 
 
+# Mish, ``x * tanh(softplus(x))``, and its gradient. With ``u = e**x``, ``tanh(log1p(u))`` is
+# ``(u*u + 2*u) / (u*u + 2*u + 2)``: float32 kernels use that form (one vectorisable exp, no libm
+# log1p); float64 ones keep libm's log1p and tanh. Above x = 20 the ratio is 1 in float32.
+
+def mish(x):
+    """x * tanh(log1p(exp(x)))."""
+    return x * math.tanh(math.log1p(math.exp(x)))
+
+
+def mish_grad(g, x):
+    """g * d/dx mish(x) = g * (t + x * sigmoid(x) * (1 - t*t)) with t = tanh(softplus(x))."""
+    t = math.tanh(math.log1p(math.exp(x)))
+    return g * (t + x * (1 / (1 + math.exp(-x))) * (1 - t * t))
+
+
+_ONE32, _TWO32, _TWENTY32 = np.float32(1), np.float32(2), np.float32(20)
+
+
+@_inline
+def _tanh_softplus_f32(x):
+    u = fast_exp(x)
+    n = u * (u + _TWO32)
+    return _ONE32 if x > _TWENTY32 else n / (n + _TWO32)
+
+
+def _mish_impls(f32: bool):
+    if not f32:
+        def mish_f64(x):
+            return x * math.tanh(math.log1p(math.exp(x)))
+
+        def mish_grad_f64(g, x):
+            t = math.tanh(math.log1p(math.exp(x)))
+            return g * (t + x * (1 / (1 + math.exp(-x))) * (1 - t * t))
+        return mish_f64, mish_grad_f64
+    def mish_f32(x):
+        return x * _tanh_softplus_f32(x)
+
+    def mish_grad_f32(g, x):
+        t = _tanh_softplus_f32(x)
+        return g * (t + x * fast_sigmoid(x) * (_ONE32 - t * t))
+    return mish_f32, mish_grad_f32
+
+
+_MISH = {32: _mish_impls(True), 64: _mish_impls(False)}
+
+
+@overload(mish, inline="always")
+def _ov_mish(x):
+    return _MISH[x.bitwidth][0] if isinstance(x, types.Float) else None
+
+
+@overload(mish_grad, inline="always")
+def _ov_mish_grad(g, x):
+    return _MISH[x.bitwidth][1] if isinstance(x, types.Float) else None
+
+
 @_inline
 def rsqrt(x):
     return 1 / math.sqrt(x)

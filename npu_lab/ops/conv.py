@@ -3,8 +3,15 @@
 ATen routes ``F.conv1d``/``F.conv2d`` on an out-of-tree device to
 ``aten::convolution_overrideable`` and its backward to
 ``aten::convolution_backward_overrideable``: the two slots a vendor fills.
-The NPU's implementation is im2col + the tiled matmul (see
-:mod:`npu_lab.kernels.conv`).
+The NPU computes every convolution as patches and products: ``unfold`` copies
+the input values each kernel tap sees into one matrix for the whole batch (a
+row per channel and tap, a column per sample and output position), and one
+matrix product per group applies the weights. The backward reuses the picture:
+the input's gradient is the weights' transpose times the output's gradient,
+folded back (``fold``, the adjoint of unfold); the weight's is the output's
+gradient times the patches' transpose.
+See :mod:`npu_lab.kernels.conv`. The simulated clock charges what an im2col
+convolution moves on the chip (:func:`conv_traffic`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import torch
 
 from ..kernels import conv as ck
 from ..kernels import matmul as mk
+from ..kernels import workspace
 from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
 from .copy import device_copy
@@ -71,13 +79,6 @@ def conv_traffic(n: int, ho: int, wo: int, c: int, kh: int, kw: int, o: int, ite
     return 2 * cols + 2 * result
 
 
-def _mm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
-    m, k = a.shape
-    mk.mm(a, b, out, tiles.get((m, b.shape[1], k), tiles["default"]))  # the kernel packs what it needs
-    return out
-
-
 # --- 3-D and transposed convolutions: vol2col / col2vol on (N, C, D, H, W) ------------------------------
 
 def _triple(v, nd: int, fill: int) -> tuple[int, int, int]:
@@ -112,61 +113,81 @@ def _nd_geometry(input, weight, stride, padding, dilation, transposed, output_pa
     return nd, k, s, p, d, out
 
 
-def _rows(a: np.ndarray) -> np.ndarray:
-    """(N, C, D, H, W) -> contiguous (N*D*H*W, C): a matmul operand with one row per position."""
-    n, c = a.shape[:2]
-    return np.ascontiguousarray(np.moveaxis(a, 1, -1).reshape(-1, c))
+def _product(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = a @ b`` (2-D operands of any strides, ``out`` C-contiguous): BLAS or the numba kernel."""
+    mk.mm(a, b, out, tiles.get((a.shape[0], b.shape[1], a.shape[1]), tiles["default"]))
 
 
-def _unrows(r: np.ndarray, n: int, spatial: tuple[int, ...]) -> np.ndarray:
-    """Inverse of :func:`_rows` (a strided view)."""
-    return np.moveaxis(r.reshape(n, *spatial, r.shape[1]), -1, 1)
-
-
-def _vol2col(x: np.ndarray, k, s, p, d, out) -> np.ndarray:
+def _unfold(x: np.ndarray, k, s, p, d, out) -> np.ndarray:
+    """(N, C, D, H, W) -> the patches a convolution with output size ``out`` reads, as a
+    ``(C*kd*kh*kw, N*od*oh*ow)`` matrix (rows by channel, then kernel tap)."""
     n, c = x.shape[:2]
-    cols = np.empty((n * out[0] * out[1] * out[2], c * k[0] * k[1] * k[2]), dtype=x.dtype)
-    sized(ck.vol2col, cols.size)(np.ascontiguousarray(x), *k, *s, *p, *d, *out, cols)
-    return cols
+    positions = out[0] * out[1] * out[2]
+    cols = workspace.buffer("conv.cols", (c * k[0] * k[1] * k[2], n, positions), x.dtype)
+    sized(ck.unfold, cols.size)(x, *k, *s, *p, *d, *out, cols)
+    return cols.reshape(cols.shape[0], n * positions)
 
 
-def _col2vol(cols: np.ndarray, n: int, c: int, size, k, s, p, d, out) -> np.ndarray:
-    vol = np.empty((n, c, *size), dtype=cols.dtype)
-    sized(ck.col2vol, cols.size)(np.ascontiguousarray(cols), *k, *s, *p, *d, *out, vol)
-    return vol
+def _fold(cols: np.ndarray, k, s, p, d, out, vol: np.ndarray) -> None:
+    """The adjoint of :func:`_unfold`, into ``vol`` (N, C, D, H, W)."""
+    sized(ck.fold, cols.size)(cols.reshape(cols.shape[0], vol.shape[0], -1), *k, *s, *p, *d, *out, vol)
+
+
+def _channels_first(a: np.ndarray) -> np.ndarray:
+    """(N, C, ...) -> a contiguous (C, N*...) matrix: a batch's channels as the rows of one operand."""
+    n, c = a.shape[:2]
+    m = workspace.buffer("conv.channels", (c, n, a[0, 0].size if n and c else 0), a.dtype)
+    m[...] = a.reshape(n, c, -1).transpose(1, 0, 2)
+    return m.reshape(c, -1)
+
+
+def _to_samples(m: np.ndarray, vol: np.ndarray) -> None:
+    """Write a (C, N*...) matrix into ``vol`` (N, C, ...): the inverse of :func:`_channels_first`."""
+    n, c = vol.shape[:2]
+    vol.reshape(n, c, -1)[...] = m.reshape(c, n, -1).transpose(1, 0, 2)
 
 
 def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """3-D convolutions, and transposed 1-3-D ones (the adjoint of a convolution: matmul, then col2vol)."""
+    """Every convolution, 1-3-D, plain or transposed, one product per group for the whole batch: plain,
+    ``Y = W @ unfold(X)``; transposed (the adjoint), ``Y = fold(W^T @ X)``, with ``X``/``Y`` the batch's
+    channels as rows."""
     nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     x, w = _as_5d(input), _as_5d(weight)
     n, c = x.shape[:2]
     size = x.shape[2:]
     kk = k[0] * k[1] * k[2]
-    if transposed:  # weight (C_in, C_out/groups, k...): y = col2vol(x_rows @ W)
+    if transposed:  # weight (C_in, C_out/groups, k...)
         cg, og = c // groups, w.shape[1]
         o = og * groups
-        xr, wt = _rows(x), w.reshape(c, og * kk)
-        y = np.empty((n, o, *osz), dtype=x.dtype)
-        for g in range(groups):
-            cols = _mm(np.ascontiguousarray(xr[:, g * cg:(g + 1) * cg]), wt[g * cg:(g + 1) * cg])
-            y[:, g * og:(g + 1) * og] = _col2vol(cols, n, og, osz, k, s, p, d, size)
-        flops = 2.0 * n * size[0] * size[1] * size[2] * c * og * kk
-    else:  # weight (C_out, C_in/groups, k...): y_rows = vol2col(x) @ W^T
+    else:  # weight (C_out, C_in/groups, k...)
         o, cg = w.shape[:2]
         og = o // groups
-        wt = w.reshape(o, cg * kk)
-        result = np.empty((n * osz[0] * osz[1] * osz[2], o), dtype=x.dtype)
-        for g in range(groups):
-            cols = _vol2col(x[:, g * cg:(g + 1) * cg], k, s, p, d, osz)
-            result[:, g * og:(g + 1) * og] = _mm(cols, np.ascontiguousarray(wt[g * og:(g + 1) * og].T))
-        y = _unrows(result, n, osz)
-        flops = 2.0 * n * osz[0] * osz[1] * osz[2] * o * cg * kk
     out = empty((n, o, *osz[3 - nd:]), input.dtype)
-    oa = as_array(out).reshape(y.shape)
-    oa[...] = y
+    y = as_array(out).reshape(n, o, *osz)
+    if transposed:
+        xm = _channels_first(x)
+        cols = workspace.buffer("conv.product", (o * kk, xm.shape[1]), x.dtype)
+        for g in range(groups):
+            _product(w[g * cg:(g + 1) * cg].reshape(cg, og * kk).T, xm[g * cg:(g + 1) * cg],
+                     cols[g * og * kk:(g + 1) * og * kk])
+        _fold(cols, k, s, p, d, size, y)
+        flops = 2.0 * n * size[0] * size[1] * size[2] * c * og * kk
+    else:
+        cols = _unfold(x, k, s, p, d, osz)
+        result = workspace.buffer("conv.product", (o, cols.shape[1]), x.dtype)
+        for g in range(groups):
+            _product(w[g * og:(g + 1) * og].reshape(og, cg * kk), cols[g * cg * kk:(g + 1) * cg * kk],
+                     result[g * og:(g + 1) * og])
+        _to_samples(result, y)
+        flops = 2.0 * n * osz[0] * osz[1] * osz[2] * o * cg * kk
     if bias is not None:
-        oa += as_array(bias).reshape(1, o, 1, 1, 1)
+        y += as_array(bias).reshape(1, o, 1, 1, 1)
+    if not transposed and nd < 3:  # 1-D and 2-D convolutions are costed as 2-D ones (im2col, then transposed)
+        ho, wo = osz[1], osz[2]
+        extra = conv_traffic(n, ho, wo, c, k[1], k[2], o, out.element_size(), nhwc=False) // 2
+        launch("conv2d", 2.0 * n * ho * wo * o * cg * k[1] * k[2], nbytes(input) + nbytes(weight) + extra,
+               nbytes(out) + extra, matrix=input.dtype)
+        return out
     positions = n * (size[0] * size[1] * size[2] if transposed else osz[0] * osz[1] * osz[2])
     extra = 2 * positions * (o if transposed else c) * kk * out.element_size()
     launch(f"conv_transpose{nd}d" if transposed else f"conv{nd}d", flops, nbytes(input) + nbytes(weight) + extra,
@@ -176,53 +197,55 @@ def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, 
 
 def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
                              groups, output_mask):
-    """Gradients of :func:`_convolution_nd` (each the other direction's forward, or a matmul of the same operands)."""
+    """Gradients of :func:`_convolution_nd`, each one product per group for the whole batch: the input's is
+    the other direction's convolution, the weight's the product of the output's gradient and the patches."""
     nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     x, w, gy = _as_5d(input), _as_5d(weight), _as_5d(grad_output)
     n, c = x.shape[:2]
     size = x.shape[2:]
     kk = k[0] * k[1] * k[2]
-    gx = gw = None
-    if transposed:
+    grad_input = empty(input.shape, input.dtype) if output_mask[0] else None
+    grad_weight = empty(weight.shape, weight.dtype) if output_mask[1] else None
+    gx = as_array(grad_input).reshape(x.shape) if output_mask[0] else None
+    if transposed:  # x (N, C_in, size) -> y (N, C_out, osz); weight (C_in, og, k...)
         cg, og = c // groups, w.shape[1]
-        wt = w.reshape(c, og * kk)
-        xr = _rows(x) if output_mask[1] else None
-        gx_rows = np.empty((n * size[0] * size[1] * size[2], c), dtype=x.dtype) if output_mask[0] else None
-        gw = np.empty((c, og * kk), dtype=x.dtype) if output_mask[1] else None
-        for g in range(groups):
-            cols = _vol2col(gy[:, g * og:(g + 1) * og], k, s, p, d, size)
-            if output_mask[0]:
-                gx_rows[:, g * cg:(g + 1) * cg] = _mm(cols, np.ascontiguousarray(wt[g * cg:(g + 1) * cg].T))
-            if output_mask[1]:
-                gw[g * cg:(g + 1) * cg] = _mm(np.ascontiguousarray(xr[:, g * cg:(g + 1) * cg].T), cols)
-        if output_mask[0]:
-            gx = _unrows(gx_rows, n, size)
         o = og * groups
-    else:
+        cols = _unfold(gy, k, s, p, d, size)  # (C_out*kk, N*positions of x)
+        gw = as_array(grad_weight).reshape(c, og * kk) if output_mask[1] else None
+        gxm = workspace.buffer("conv.product", (c, cols.shape[1]), x.dtype) if output_mask[0] else None
+        xm = _channels_first(x) if output_mask[1] else None
+        for g in range(groups):
+            rows = cols[g * og * kk:(g + 1) * og * kk]
+            if output_mask[0]:
+                _product(w[g * cg:(g + 1) * cg].reshape(cg, og * kk), rows, gxm[g * cg:(g + 1) * cg])
+            if output_mask[1]:
+                _product(xm[g * cg:(g + 1) * cg], rows.T, gw[g * cg:(g + 1) * cg])
+        if output_mask[0]:
+            _to_samples(gxm, gx)
+    else:  # weight (C_out, cg, k...)
         o, cg = w.shape[:2]
         og = o // groups
-        wt = w.reshape(o, cg * kk)
-        gyr = _rows(gy)
-        gx = np.empty(x.shape, dtype=x.dtype) if output_mask[0] else None
-        gw = np.empty((o, cg * kk), dtype=x.dtype) if output_mask[1] else None
-        for g in range(groups):
-            gyg = np.ascontiguousarray(gyr[:, g * og:(g + 1) * og])
-            if output_mask[0]:
-                dcols = _mm(gyg, np.ascontiguousarray(wt[g * og:(g + 1) * og]))
-                gx[:, g * cg:(g + 1) * cg] = _col2vol(dcols, n, cg, size, k, s, p, d, osz)
-            if output_mask[1]:
-                cols = _vol2col(x[:, g * cg:(g + 1) * cg], k, s, p, d, osz)
-                gw[g * og:(g + 1) * og] = _mm(np.ascontiguousarray(gyg.T), cols)
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        grad_input = empty(input.shape, input.dtype)
-        as_array(grad_input)[...] = gx.reshape(input.shape)
-    if output_mask[1]:
-        grad_weight = empty(weight.shape, weight.dtype)
-        as_array(grad_weight)[...] = gw.reshape(weight.shape)
+        gym = _channels_first(gy)
+        if output_mask[0]:
+            dcols = workspace.buffer("conv.product", (c * kk, gym.shape[1]), x.dtype)
+            for g in range(groups):
+                _product(w[g * og:(g + 1) * og].reshape(og, cg * kk).T, gym[g * og:(g + 1) * og],
+                         dcols[g * cg * kk:(g + 1) * cg * kk])
+            _fold(dcols, k, s, p, d, osz, gx)
+        if output_mask[1]:
+            cols = _unfold(x, k, s, p, d, osz)
+            gw = as_array(grad_weight).reshape(o, cg * kk)
+            for g in range(groups):
+                _product(gym[g * og:(g + 1) * og], cols[g * cg * kk:(g + 1) * cg * kk].T, gw[g * og:(g + 1) * og])
+    grad_bias = None
     if output_mask[2]:
         grad_bias = empty((o,), grad_output.dtype)
-        as_array(grad_bias)[...] = gy.sum(axis=(0, 2, 3, 4), dtype=np.float64)
+        as_array(grad_bias)[...] = gy.reshape(n, o, -1).sum(axis=(0, 2), dtype=np.float64)
+    if not transposed and nd < 3:
+        launch("conv2d_backward", 4.0 * n * osz[1] * osz[2] * o * cg * k[1] * k[2],
+               nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight),
+               matrix=input.dtype)
+        return grad_input, grad_weight, grad_bias
     positions = n * osz[0] * osz[1] * osz[2]
     launch(f"conv_transpose{nd}d_backward" if transposed else f"conv{nd}d_backward",
            4.0 * positions * o * (c // groups) * kk,
@@ -230,33 +253,23 @@ def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilati
     return grad_input, grad_weight, grad_bias
 
 
-@register("convolution_overrideable")
-def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
-    """ATen's convolution for npu: 1-D/2-D by im2col + matmul, 3-D and transposed ones by vol2col/col2vol."""
-    check_same_device("aten::convolution", input, weight, bias)
-    if transposed or input.dim() > 4:
-        return _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
+def _check_2d(input, weight, stride, padding, dilation, groups) -> None:
+    """The 1-D/2-D convolution's own checks and messages (dimensions, output size, channels per group)."""
+    x4, w4, stride, padding, dilation, _ = _as_4d(input, weight, stride, padding, dilation)
     n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)
     if c != cg * groups:
         raise RuntimeError(
             f"Given groups={groups}, weight of size {list(weight.shape)}, expected input{list(input.shape)} "
             f"to have {cg * groups} channels, but got {c} channels instead")
-    x = as_array(x4.contiguous())
-    wt = as_array(w4.contiguous()).reshape(o, cg * kh * kw)
-    og = o // groups
-    result = np.empty((n * ho * wo, o), dtype=x.dtype)
-    for g in range(groups):
-        cols = _cols(np.ascontiguousarray(x[:, g * cg:(g + 1) * cg]), kh, kw, stride, padding, dilation, ho, wo)
-        result[:, g * og:(g + 1) * og] = _mm(cols, wt[g * og:(g + 1) * og].T)
-    if bias is not None:
-        result += as_array(bias).reshape(1, o)
-    out = empty((n, o, ho, wo), input.dtype)
-    as_array(out)[...] = result.reshape(n, ho, wo, o).transpose(0, 3, 1, 2)
-    extra = conv_traffic(n, ho, wo, c, kh, kw, o, out.element_size(), nhwc=False) // 2
-    launch("conv2d", 2.0 * n * ho * wo * o * cg * kh * kw, nbytes(input) + nbytes(weight) + extra,
-           nbytes(out) + extra, matrix=input.dtype)
-    return out.squeeze(2) if squeeze else out
+
+
+@register("convolution_overrideable")
+def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    """ATen's convolution for npu, 1-3-D, plain or transposed: patches (unfold) and batched products."""
+    check_same_device("aten::convolution", input, weight, bias)
+    if not transposed and input.dim() <= 4:
+        _check_2d(input, weight, stride, padding, dilation, groups)
+    return _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
 
 
 @register("convolution_backward_overrideable")
@@ -264,40 +277,10 @@ def convolution_backward(grad_output, input, weight, stride, padding, dilation, 
                          groups, output_mask):
     """Gradients of :func:`convolution` for the inputs, weights and bias that ``output_mask`` asks for."""
     check_same_device("aten::convolution_backward", grad_output, input, weight)
-    if transposed or input.dim() > 4:
-        return _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed,
-                                        output_padding, groups, output_mask)
-    x4, w4, stride, padding, dilation, squeeze = _as_4d(input, weight, stride, padding, dilation)
-    g4 = grad_output.unsqueeze(2) if squeeze else grad_output
-    n, c, h, wd, o, cg, kh, kw, ho, wo = _geometry(x4, w4, stride, padding, dilation)
-    og = o // groups
-    x = as_array(x4.contiguous())
-    wt = as_array(w4.contiguous()).reshape(o, cg * kh * kw)
-    gy = np.ascontiguousarray(as_array(g4.contiguous()).transpose(0, 2, 3, 1).reshape(n * ho * wo, o))
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        gx = np.empty((n, c, h, wd), dtype=x.dtype)
-        for g in range(groups):
-            dcols = _mm(gy[:, g * og:(g + 1) * og], wt[g * og:(g + 1) * og])
-            part = np.empty((n, cg, h, wd), dtype=x.dtype)
-            ck.col2im(dcols, n, cg, h, wd, kh, kw, stride[0], stride[1], padding[0], padding[1],
-                      dilation[0], dilation[1], ho, wo, part)
-            gx[:, g * cg:(g + 1) * cg] = part
-        grad_input = empty(input.shape, input.dtype)
-        as_array(grad_input)[...] = gx.reshape(input.shape)
-    if output_mask[1]:
-        gw = np.empty((o, cg * kh * kw), dtype=x.dtype)
-        for g in range(groups):
-            cols = _cols(np.ascontiguousarray(x[:, g * cg:(g + 1) * cg]), kh, kw, stride, padding, dilation, ho, wo)
-            gw[g * og:(g + 1) * og] = _mm(gy[:, g * og:(g + 1) * og].T, cols)
-        grad_weight = empty(weight.shape, weight.dtype)
-        as_array(grad_weight)[...] = gw.reshape(weight.shape)
-    if output_mask[2]:
-        grad_bias = empty((o,), grad_output.dtype)
-        as_array(grad_bias)[...] = gy.sum(axis=0, dtype=np.float64)
-    launch("conv2d_backward", 4.0 * n * ho * wo * o * cg * kh * kw,
-           nbytes(input) + nbytes(weight) + nbytes(grad_output), nbytes(input) + nbytes(weight), matrix=input.dtype)
-    return grad_input, grad_weight, grad_bias
+    if not transposed and input.dim() <= 4:
+        _check_2d(input, weight, stride, padding, dilation, groups)
+    return _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                                    output_padding, groups, output_mask)
 
 
 # --- pooling --------------------------------------------------------------------------

@@ -6,16 +6,18 @@ import numpy as np
 import torch
 
 from ..kernels import norm as nk
+from ..kernels import workspace
 from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .registry import register
 
 
 def _ncs(t: torch.Tensor) -> np.ndarray:
-    """A contiguous (N, C, S) float64 view/copy of an (N, C, ...) tensor."""
+    """An (N, C, S) view of an (N, C, ...) tensor in its own dtype (of a contiguous copy if it is not
+    contiguous); the kernels accumulate in float64."""
     shape = t.shape
     s = int(np.prod(shape[2:])) if len(shape) > 2 else 1
-    return np.ascontiguousarray(as_array(t.contiguous()).reshape(shape[0], shape[1], s), dtype=np.float64)
+    return as_array(t.contiguous()).reshape(shape[0], shape[1], s)
 
 
 def _param(p: torch.Tensor | None, c: int, fill: float) -> np.ndarray:
@@ -50,9 +52,8 @@ def _bn_forward(input, weight, bias, running_mean, running_var, training, moment
         var = as_array(running_var).astype(np.float64)
     invstd = 1.0 / np.sqrt(var + eps)
     out = empty(input.shape, input.dtype)
-    y = np.empty_like(x)
-    sized(nk.batch_apply, x.size)(x, mean, invstd, _param(weight, c, 1.0), _param(bias, c, 0.0), y)
-    as_array(out)[...] = y.reshape(input.shape)
+    sized(nk.batch_apply, x.size)(x, mean, invstd, _param(weight, c, 1.0), _param(bias, c, 0.0),
+                                  as_array(out).reshape(x.shape))
     launch("batch_norm", 4 * input.numel(), nbytes(input), nbytes(out))
     stat_dtype = input.dtype
     if training:
@@ -96,12 +97,13 @@ def native_batch_norm_backward(grad_out, input, weight, running_mean, running_va
     else:
         mean = as_array(running_mean).astype(np.float64)
         invstd = 1.0 / np.sqrt(as_array(running_var).astype(np.float64) + eps)
-    dx, dw, db = np.empty_like(x), np.empty(c), np.empty(c)
+    grad_input = empty(input.shape, input.dtype) if output_mask[0] else None
+    dx = as_array(grad_input).reshape(x.shape) if output_mask[0] else workspace.buffer("norm.dx", x.shape, x.dtype)
+    dw, db = np.empty(c), np.empty(c)
     sized(nk.batch_backward, x.size)(dy, x, mean, invstd, _param(weight, c, 1.0), bool(train), dx, dw, db)
     launch("batch_norm_backward", 8 * input.numel(), nbytes(input) + nbytes(grad_out), nbytes(input))
-    grads = []
-    for want, arr, shape in ((output_mask[0], dx, input.shape), (output_mask[1], dw, (c,)),
-                             (output_mask[2], db, (c,))):
+    grads = [grad_input if output_mask[0] else None]
+    for want, arr, shape in ((output_mask[1], dw, (c,)), (output_mask[2], db, (c,))):
         if want:
             t = empty(shape, input.dtype)
             as_array(t)[...] = arr.reshape(shape)

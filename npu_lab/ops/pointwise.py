@@ -35,7 +35,7 @@ from .registry import register
 _float_default = torch.get_default_dtype
 _C = native.load()
 _no_internal_overlap, _no_partial_overlap = _C.assert_no_internal_overlap, _C.assert_no_partial_overlap
-_empty, _flat_view = _C.empty, _C.flat_view
+_empty, _flat_view, _empty_strided = _C.empty, _C.flat_view, _C.empty_strided
 _Tensor = torch.Tensor
 #: (name, template, dtype, number of inputs, bool_result) -> (kernel, result dtype) for the fast path.
 _FAST: dict[tuple, tuple[elementwise.ElementwiseKernel, torch.dtype]] = {}
@@ -256,11 +256,14 @@ def _fast(name: str, template: str, args: Sequence[object], to_float: bool, bool
     if type(a0) is not _Tensor:
         return None
     dtype, shape, dev = a0.dtype, a0.shape, a0.get_device()
-    if dev < 0 or not a0.is_contiguous():
+    if dev < 0:
+        return None
+    strides = None if a0.is_contiguous() else a0.stride()
+    if strides is not None and not _permuted_dense(a0):
         return None
     for a in args[1:]:
         if type(a) is not _Tensor or a.dtype != dtype or a.shape != shape or a.get_device() != dev \
-                or not a.is_contiguous():
+                or not (a.is_contiguous() if strides is None else a.stride() == strides):
             return None
     n = a0.numel()
     if n == 0:
@@ -277,7 +280,7 @@ def _fast(name: str, template: str, args: Sequence[object], to_float: bool, bool
         result_dtype = torch.bool if bool_result else dtype
         entry = _FAST[key] = (*kernel.ptr_kernels(_NP[result_dtype], _NP[dtype]), kernel.name, result_dtype)
     serial, parallel, kname, result_dtype = entry
-    out = _empty(shape, result_dtype, dev)
+    out = _new(shape, result_dtype, dev, strides)
     (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), *[a.data_ptr() for a in args])
     itemsize = a0.element_size()
     launch(kname, flops * n, len(args) * n * itemsize, n * out.element_size(), dev)
@@ -298,6 +301,28 @@ _FLOATS = (torch.float32, torch.float64)
 _INTEGERS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 _PARALLEL = elementwise.PARALLEL_THRESHOLD
 _current_device = _C.current_device
+
+
+def _permuted_dense(t: torch.Tensor) -> bool:
+    """Is ``t`` (not contiguous) a dense tensor in another dimension order (a transpose, channels-last)?
+    Its elements then fill one block of memory from ``data_ptr()``, and an elementwise result with the
+    same strides (the layout PyTorch gives it) lines up with it element for element, so the flat
+    kernels run on both as on contiguous tensors."""
+    key = (t.shape, t.stride())
+    known = _PERMUTED_DENSE.get(key)
+    if known is None:
+        if len(_PERMUTED_DENSE) >= 4096:  # (shapes repeat from step to step; keep the table small)
+            _PERMUTED_DENSE.clear()
+        known = _PERMUTED_DENSE[key] = t.dim() >= 2 and dense_strides_like(t) == key[1]
+    return known
+
+
+#: (shape, strides) -> :func:`_permuted_dense`'s answer.
+_PERMUTED_DENSE: dict[tuple, bool] = {}
+
+
+def _new(shape, dtype: torch.dtype, dev: int, strides: tuple[int, ...] | None) -> torch.Tensor:
+    return _empty(shape, dtype, dev) if strides is None else _empty_strided(shape, strides, dtype, dev)
 
 
 def _overlaps_partly(out: torch.Tensor, other: torch.Tensor, nbytes: int) -> bool:
@@ -339,13 +364,16 @@ def _fast_unary(name: str, template: str, *, to_float: bool = False, bool_result
         if e is False:
             e = table[dtype] = entry(dtype)
         dev = a.get_device()
-        if e is None or dev != _current_device() or not a.is_contiguous():
+        if e is None or dev != _current_device():
+            return None
+        strides = None if a.is_contiguous() else a.stride()
+        if strides is not None and not _permuted_dense(a):
             return None
         n = a.numel()
         if not n:
             return None
         serial, parallel, kname, result_dtype, in_size, out_size = e
-        out = a if inplace else _empty(a.shape, result_dtype, dev)
+        out = a if inplace else _new(a.shape, result_dtype, dev, strides)
         (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), a.data_ptr())
         launch(kname, flops * n, n * in_size, n * out_size, dev)
         return out
@@ -379,7 +407,10 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
             return None
         dtype = a.dtype
         dev = a.get_device()
-        if dev != _current_device() or not a.is_contiguous():
+        if dev != _current_device():
+            return None
+        strides = None if a.is_contiguous() else a.stride()
+        if strides is not None and not _permuted_dense(a):
             return None
         n = a.numel()
         if not n:
@@ -390,7 +421,8 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
         shape = a.shape
         if isinstance(b, _Tensor):
             if b.get_device() == dev:
-                if b.dtype is not dtype or b.shape != shape or not b.is_contiguous():
+                if b.dtype is not dtype or b.shape != shape \
+                        or not (b.is_contiguous() if strides is None else b.stride() == strides):
                     return None
                 scalar = False
             elif b.dim() == 0 and b.device.type == "cpu" and (b.dtype is dtype or a.dim() and (
@@ -416,7 +448,7 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
                 return None
             out = a
         else:
-            out = _empty(shape, result_dtype, dev)
+            out = _new(shape, result_dtype, dev, strides)
         run = parallel if n >= _PARALLEL else serial
         try:
             if scalar:
@@ -452,7 +484,10 @@ def _fast_named(name: str, template: str, keys: Sequence[str], *, tensors: int =
             return None
         dtype = a.dtype
         dev = a.get_device()
-        if dev != _current_device() or not a.is_contiguous():
+        if dev != _current_device():
+            return None
+        strides = None if a.is_contiguous() else a.stride()
+        if strides is not None and not _permuted_dense(a):
             return None
         n = a.numel()
         if not n:
@@ -461,7 +496,7 @@ def _fast_named(name: str, template: str, keys: Sequence[str], *, tensors: int =
         addresses = [a.data_ptr()]
         for b in rest[:tensors - 1]:
             if not isinstance(b, _Tensor) or b.dtype is not dtype or b.get_device() != dev or b.shape != shape \
-                    or not b.is_contiguous():
+                    or not (b.is_contiguous() if strides is None else b.stride() == strides):
                 return None
             addresses.append(b.data_ptr())
         values = rest[tensors - 1:]
@@ -478,7 +513,7 @@ def _fast_named(name: str, template: str, keys: Sequence[str], *, tensors: int =
             scalars = [np_type(v) for v in values]
         except OverflowError:
             return None
-        out = _empty(shape, dtype, dev)
+        out = _new(shape, dtype, dev, strides)
         (parallel if n >= _PARALLEL else serial)(n, out.data_ptr(), *addresses, *scalars)
         launch(kname, flops * n, tensors * n * size, n * size, dev)
         return out
@@ -945,7 +980,7 @@ def where(condition, self, other):
             names.append(f"c{k}")
             scalar_names.append(f"c{k}")
             scalar_values.append(NUMPY_DTYPES[dtype](v.item() if isinstance(v, torch.Tensor) else v))
-    shape = tuple(torch.broadcast_shapes(*[t.shape for t in tensors]))
+    shape = broadcast_shape(*[t.shape for t in tensors])
     out = empty(shape, dtype)
     kernel = elementwise.kernel(
         "where", len(tensors), f"{names[1]} if {names[0]} else {names[2]}", tuple(scalar_names)

@@ -169,6 +169,11 @@ def _byte_scale(args: tuple, kwargs: dict) -> float:
     return real / up if up else 1.0
 
 
+#: Operators that update arguments their schema does not mark as written (``Tensor?`` without ``(a!)``):
+#: ``native_batch_norm`` updates its running statistics in place (checked on torch 2.13).
+_WRITES_UNANNOTATED = {"native_batch_norm": ("running_mean", "running_var")}
+
+
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
     schema = _schema(qualified)
@@ -177,9 +182,10 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
     checks_overlap = qualified.split("::")[-1].split(".")[0].rstrip("_") not in _UNCHECKED
     written = []  # (position, name) of the arguments the operator writes
     explicit_dtype = False
+    unannotated = _WRITES_UNANNOTATED.get(qualified.split("::")[-1], ())
     if schema is not None:
         for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is not None and arg.alias_info.is_write:
+            if arg.alias_info is not None and arg.alias_info.is_write or arg.name in unannotated:
                 written.append((i, arg.name))
             if arg.name in ("dtype", "half_to_float"):
                 explicit_dtype = True

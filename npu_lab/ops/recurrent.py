@@ -5,83 +5,173 @@ operator per time step for the gate arithmetic, on every device except the CPU (
 from small operators): ``aten::_thnn_fused_lstm_cell`` and ``aten::_thnn_fused_gru_cell``, with
 backward operators that reuse a *workspace* of the activated gates the forward saved. The CPU has
 no kernel for them, so a PrivateUse1 device must provide them before ``nn.LSTM`` can run on it.
-These kernels compose the NPU's elementwise kernels, with CUDA's gate layouts and workspace.
+Each is one kernel here (:mod:`npu_lab.kernels.recurrent`), with CUDA's gate layouts, workspace and
+argument checks; a bias gradient is one more (a column sum).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from ..kernels import recurrent as rk
+from ..kernels.threads import sized
+from .common import as_array, check_same_device, empty, launch, nbytes
 from .registry import register
 
 
-def _gates(input_gates: torch.Tensor, hidden_gates: torch.Tensor, input_bias, hidden_bias) -> torch.Tensor:
-    gates = input_gates + hidden_gates
+def _describe(position: int, name: str) -> str:
+    return f"argument #{position} '{name}'"
+
+
+def _check_sizes(op: str, input_gates, hidden_gates, input_bias, hidden_bias, factor: int, prev) -> None:
+    """CUDA's ``checkSizes`` for the fused cells: same-size 2-D gates, 1-D biases of the gates' width,
+    a previous state of ``batch * width / factor`` elements, and one device for all."""
+    where = f"(while checking arguments for {op})"
+    for position, name, t, dim in ((1, "input_gates", input_gates, 2), (4, "input_bias", input_bias, 1),
+                                   (3, "prev_hidden", prev, 2)):
+        if t is not None and t.dim() != dim:
+            raise RuntimeError(f"Expected {dim}-dimensional tensor, but got {t.dim()}-dimensional tensor for "
+                               f"{_describe(position, name)} {where}")
+        if name == "input_gates" and hidden_gates.shape != t.shape:
+            raise RuntimeError(f"Expected tensor for {_describe(1, 'input_gates')} to have same size as tensor "
+                               f"for {_describe(2, 'hidden_gates')}; but {list(t.shape)} does not equal "
+                               f"{list(hidden_gates.shape)} {where}")
+    width = input_gates.shape[1]
     if input_bias is not None:
-        gates = gates + input_bias
-    if hidden_bias is not None:
-        gates = gates + hidden_bias
-    return gates
+        if input_bias.numel() != width:
+            raise RuntimeError(f"Expected tensor for {_describe(4, 'input_bias')} to have {width} elements; but "
+                               f"it actually has {input_bias.numel()} elements {where}")
+        if hidden_bias is None or hidden_bias.shape != input_bias.shape:
+            raise RuntimeError(f"Expected tensor for {_describe(4, 'input_bias')} to have same size as tensor "
+                               f"for {_describe(5, 'hidden_bias')}; but {list(input_bias.shape)} does not equal "
+                               f"{None if hidden_bias is None else list(hidden_bias.shape)} {where}")
+    if hidden_bias is not None and (hidden_bias.dim() != 1 or hidden_bias.numel() != width):
+        raise RuntimeError(f"Expected tensor for {_describe(5, 'hidden_bias')} to be 1-dimensional with {width} "
+                           f"elements; but it has shape {list(hidden_bias.shape)} {where}")
+    want = input_gates.shape[0] * width // factor
+    if width % factor or prev.numel() != want:
+        raise RuntimeError(f"Expected tensor for {_describe(3, 'prev_hidden')} to have {want} elements; but it "
+                           f"actually has {prev.numel()} elements {where}")
+    check_same_device(op, input_gates, hidden_gates, input_bias, hidden_bias, prev)
+    dtypes = {t.dtype for t in (input_gates, hidden_gates, input_bias, hidden_bias, prev) if t is not None}
+    if len(dtypes) > 1:
+        raise RuntimeError(f"{op}: expected all tensors to have one dtype, got {sorted(map(str, dtypes))}")
+
+
+def _check_saved(op: str, workspace: torch.Tensor, factor: int, **tensors: torch.Tensor | None) -> tuple[int, int]:
+    """(batch, hidden) of a backward's saved workspace, after checking every tensor against it."""
+    check_same_device(op, workspace, *tensors.values())
+    if workspace.dim() != 2 or workspace.device.type != "npu" or workspace.shape[1] % factor:
+        raise RuntimeError(f"{op}: expected the workspace to be a 2-D npu tensor of {factor} x hidden columns, "
+                           f"got shape {list(workspace.shape)} on {workspace.device}")
+    rows, hidden = workspace.shape[0], workspace.shape[1] // factor
+    for name, t in tensors.items():
+        if t is not None and (t.numel() != rows * hidden or t.device.type != "npu" or t.dtype != workspace.dtype):
+            raise RuntimeError(f"{op}: expected {name} to be an npu tensor of {workspace.dtype} with {rows * hidden} "
+                               f"elements (the workspace's batch {rows} x hidden {hidden}), got {t.dtype} with "
+                               f"{t.numel()} elements on {t.device}")
+    return rows, hidden
+
+
+def _matrix(t: torch.Tensor, rows: int, cols: int) -> np.ndarray:
+    """A (rows, cols) NumPy view of a contiguous copy of ``t`` (no copy when it is contiguous)."""
+    return as_array(t.contiguous()).reshape(rows, cols)
+
+
+def _biases(input_bias, hidden_bias, like: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The two biases as vectors (zeros where there are none), and whether there are any."""
+    def vector(bias: torch.Tensor | None) -> np.ndarray:
+        if bias is None:
+            return np.zeros(like.shape[1], like.dtype)
+        return as_array(bias.contiguous()).reshape(-1)
+
+    return vector(input_bias), vector(hidden_bias), input_bias is not None or hidden_bias is not None
+
+
+def _column_sums(grad: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    out = empty((cols,), grad.dtype)
+    sized(rk.column_sums, rows * cols)(as_array(grad).reshape(rows, cols), as_array(out))
+    launch("column_sum", rows * cols, nbytes(grad), nbytes(out))
+    return out
 
 
 @register("_thnn_fused_lstm_cell")
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     """Gates i, f, g, o (in that order along dim 1); ``cy = f*cx + i*g``, ``hy = o*tanh(cy)``."""
-    i, f, g, o = _gates(input_gates, hidden_gates, input_bias, hidden_bias).chunk(4, 1)
-    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
-    cy = f * cx + i * g
-    hy = o * cy.tanh()
-    workspace = torch.cat([i, f, g, o], 1)  # the activated gates, for the backward
+    op = "_thnn_fused_lstm_cell"
+    _check_sizes(op, input_gates, hidden_gates, input_bias, hidden_bias, 4, cx)
+    rows, width = input_gates.shape
+    hidden = width // 4
+    hy, cy, workspace = empty(cx.shape, cx.dtype), empty(cx.shape, cx.dtype), empty((rows, width), cx.dtype)
+    ig = _matrix(input_gates, rows, width)
+    bias_i, bias_h, has_bias = _biases(input_bias, hidden_bias, ig)
+    rk.lstm_forward(
+        ig, _matrix(hidden_gates, rows, width), _matrix(cx, rows, hidden), bias_i, bias_h, ig.dtype.type(1),
+        as_array(hy).reshape(rows, hidden), as_array(cy).reshape(rows, hidden), as_array(workspace))
+    read = nbytes(input_gates) + nbytes(hidden_gates) + nbytes(cx)
+    read += sum(nbytes(t) for t in (input_bias, hidden_bias) if t is not None)
+    launch("fused_lstm_cell", 30 * rows * hidden, read, 2 * nbytes(cy) + nbytes(workspace))
     return hy, cy, workspace
 
 
 @register("_thnn_fused_lstm_cell_backward_impl")
 def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     """(grad of the gate pre-activations, grad of cx, grad of the bias) from the saved gates."""
-    i, f, g, o = workspace.chunk(4, 1)
-    tanh_cy = cy.tanh()
-    grad_c = grad_cy if grad_cy is not None else torch.zeros_like(cy)
-    if grad_hy is not None:
-        grad_c = grad_c + grad_hy * o * (1 - tanh_cy * tanh_cy)
-        grad_o = grad_hy * tanh_cy * o * (1 - o)
-    else:
-        grad_o = torch.zeros_like(o)
-    grad_i = grad_c * g * i * (1 - i)
-    grad_f = grad_c * cx * f * (1 - f)
-    grad_g = grad_c * i * (1 - g * g)
-    grad_gates = torch.cat([grad_i, grad_f, grad_g, grad_o], 1)
-    grad_bias = grad_gates.sum(0) if has_bias else None
-    return grad_gates, grad_c * f, grad_bias
+    op = "_thnn_fused_lstm_cell_backward_impl"
+    if grad_hy is None and grad_cy is None:
+        return None, None, None
+    rows, hidden = _check_saved(op, workspace, 4, grad_hy=grad_hy, grad_cy=grad_cy, cx=cx, cy=cy)
+    width = 4 * hidden
+    dtype = workspace.dtype
+    grad_gates, grad_cx = empty((rows, width), dtype), empty(cx.shape, dtype)
+    ws = as_array(workspace.contiguous())
+    zeros = np.zeros((rows, hidden), ws.dtype) if grad_hy is None or grad_cy is None else None
+    rk.lstm_backward(
+        zeros if grad_hy is None else _matrix(grad_hy, rows, hidden),
+        zeros if grad_cy is None else _matrix(grad_cy, rows, hidden),
+        _matrix(cx, rows, hidden), _matrix(cy, rows, hidden), ws, ws.dtype.type(1), as_array(grad_gates),
+        as_array(grad_cx).reshape(rows, hidden))
+    read = nbytes(cx) + nbytes(cy) + nbytes(workspace) + sum(nbytes(t) for t in (grad_hy, grad_cy) if t is not None)
+    launch("fused_lstm_cell_backward", 20 * rows * hidden, read, nbytes(grad_gates) + nbytes(grad_cx))
+    grad_bias = _column_sums(grad_gates, rows, width) if has_bias else None
+    return grad_gates, grad_cx, grad_bias
 
 
 @register("_thnn_fused_gru_cell")
 def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     """Gates r, z, n: ``n = tanh(in + r*hn)``, ``hy = n + z*(hx - n)``."""
-    if input_bias is not None:
-        input_gates = input_gates + input_bias
-    if hidden_gates is not None and hidden_bias is not None:
-        hidden_gates = hidden_gates + hidden_bias
-    ir, ii, in_ = input_gates.chunk(3, 1)
-    hr, hi, hn = hidden_gates.chunk(3, 1)
-    r = (ir + hr).sigmoid()
-    z = (ii + hi).sigmoid()
-    n = (in_ + r * hn).tanh()
-    hy = n + z * (hx - n)
-    workspace = torch.cat([r, z, n, hx, hn], 1)
+    op = "_thnn_fused_gru_cell"
+    _check_sizes(op, input_gates, hidden_gates, input_bias, hidden_bias, 3, hx)
+    rows, width = input_gates.shape
+    hidden = width // 3
+    hy, workspace = empty(hx.shape, hx.dtype), empty((rows, 5 * hidden), hx.dtype)
+    ig = _matrix(input_gates, rows, width)
+    bias_i, bias_h, has_bias = _biases(input_bias, hidden_bias, ig)
+    rk.gru_forward(
+        ig, _matrix(hidden_gates, rows, width), _matrix(hx, rows, hidden), bias_i, bias_h, ig.dtype.type(1),
+        as_array(hy).reshape(rows, hidden), as_array(workspace))
+    read = nbytes(input_gates) + nbytes(hidden_gates) + nbytes(hx)
+    read += sum(nbytes(t) for t in (input_bias, hidden_bias) if t is not None)
+    launch("fused_gru_cell", 25 * rows * hidden, read, nbytes(hy) + nbytes(workspace))
     return hy, workspace
 
 
 @register("_thnn_fused_gru_cell_backward")
 def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     """Gradients of the input gates, hidden gates, hx and the two biases, from the saved workspace."""
-    r, z, n, hx, hn = workspace.chunk(5, 1)
-    grad_n = grad_hy * (1 - z)
-    grad_z = grad_hy * (hx - n) * z * (1 - z)
-    grad_in = grad_n * (1 - n * n)
-    grad_r = grad_in * hn * r * (1 - r)
-    grad_input_gates = torch.cat([grad_r, grad_z, grad_in], 1)
-    grad_hidden_gates = torch.cat([grad_r, grad_z, grad_in * r], 1)
-    grad_hx = grad_hy * z
+    op = "_thnn_fused_gru_cell_backward"
+    rows, hidden = _check_saved(op, workspace, 5, grad_hy=grad_hy)
+    dtype = workspace.dtype
+    grad_ig, grad_hg = empty((rows, 3 * hidden), dtype), empty((rows, 3 * hidden), dtype)
+    grad_hx = empty(grad_hy.shape, dtype)
+    ws = as_array(workspace.contiguous())
+    rk.gru_backward(
+        _matrix(grad_hy, rows, hidden), ws, ws.dtype.type(1), as_array(grad_ig), as_array(grad_hg),
+        as_array(grad_hx).reshape(rows, hidden))
+    launch("fused_gru_cell_backward", 15 * rows * hidden, nbytes(grad_hy) + nbytes(workspace),
+           nbytes(grad_ig) + nbytes(grad_hg) + nbytes(grad_hx))
     if has_bias:
-        return grad_input_gates, grad_hidden_gates, grad_hx, grad_input_gates.sum(0), grad_hidden_gates.sum(0)
-    return grad_input_gates, grad_hidden_gates, grad_hx, None, None
+        return (grad_ig, grad_hg, grad_hx, _column_sums(grad_ig, rows, 3 * hidden),
+                _column_sums(grad_hg, rows, 3 * hidden))
+    return grad_ig, grad_hg, grad_hx, None, None

@@ -71,15 +71,37 @@ def cat_out(tensors, dim=0, *, out):
     return _cat(tensors, dim, out)
 
 
+_RAW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _flip_dims(dims, nd: int) -> tuple[int, ...]:
+    """``dims`` wrapped into ``[0, nd)`` with PyTorch's errors for out-of-range and repeated entries."""
+    rank = max(nd, 1)
+    wrapped = []
+    for d in dims:
+        if not -rank <= d < rank:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {d})")
+        d %= rank
+        if d in wrapped:
+            raise RuntimeError(f"dim {d} appears multiple times in the list of dims")
+        wrapped.append(d)
+    return tuple(wrapped)
+
+
 @register("flip")
 def flip(self, dims):
+    """One copy that reads ``self`` backwards along ``dims`` (the bits of any dtype, so half precision too)."""
     check_same_device("aten::flip", self)
+    axes = _flip_dims(dims, self.dim())
     res = empty(self.shape, self.dtype)
-    src = self
-    nd = self.dim()
-    for d in dims:
-        d %= max(nd, 1)
-        # a reversed view: last element first, negative stride done by index arithmetic
-        src = src.index_select(d, torch.arange(self.shape[d] - 1, -1, -1, device="npu"))
-    device_copy(res, src)
+    if self.numel():
+        raw = _RAW.get(self.element_size()) if self.dtype not in (torch.float32, torch.float64) else None
+        src, dst = (self, res) if raw is None or self.is_complex() else (self.view(raw), res.view(raw))
+        if self.is_complex():  # complex: its (real, imag) pairs as a trailing dimension of floats
+            src, dst = torch.view_as_real(self), torch.view_as_real(res)
+        flipped = as_array(src.contiguous())
+        if self.dim() and axes:
+            flipped = flipped[tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(self.dim()))]
+        as_array(dst)[...] = flipped
+    launch("flip", 0, nbytes(self), nbytes(res))
     return res
