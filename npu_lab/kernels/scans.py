@@ -22,6 +22,13 @@ _BLOCK = 256
 def cumsum(x, out, acc_init):
     """out[o, j, i] = sum of x[o, :j+1, i]; ``acc_init`` (0.0 or 0) sets the accumulator's type."""
     outer, n, inner = x.shape
+    if inner == 1:  # along the last dimension: one running total per row, in a register
+        for o in prange(outer):
+            total = acc_init
+            for j in range(n):
+                total += x[o, j, 0]
+                out[o, j, 0] = total
+        return
     nb = (inner + _BLOCK - 1) // _BLOCK
     for w in prange(outer * nb):
         o = w // nb
