@@ -24,6 +24,7 @@ writes a longer expression. ``print(kernel.source)`` shows the code.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -264,20 +265,22 @@ class ElementwiseKernel:
     ) -> None:
         """General case: any strides (zero strides broadcast)."""
         mod = self.module
-        shape_a = np.asarray(shape if len(shape) else (1,), dtype=np.int64)
-        nd = shape_a.shape[0]
+        dims = tuple(shape) if len(shape) else (1,)
+        shape_a = np.asarray(dims, dtype=np.int64)
+        nd = len(dims)
         args: list = [shape_a]
         inner: list[int] = []
         for op in list(outs) + list(ins):
             st = op.strides if len(op.strides) == nd else (0,) * nd
             args += [op.flat, np.asarray(st, dtype=np.int64), op.offset]
             inner.append(st[-1])
-        numel = int(np.prod(shape_a))
+        numel = math.prod(dims)
+        last = dims[-1]
         n_out = len(outs)
-        if (shape_a[-1] >= ROWS_MIN_INNER and all(s == 1 for s in inner[:n_out])
+        if (last >= ROWS_MIN_INNER and all(s == 1 for s in inner[:n_out])
                 and all(s in (0, 1) for s in inner[n_out:])):
             rows = self._rows_module("".join(str(s) for s in inner[n_out:]))
-            fn = rows.rows_par if numel >= PARALLEL_THRESHOLD and numel > shape_a[-1] else rows.rows
+            fn = rows.rows_par if numel >= PARALLEL_THRESHOLD and numel > last else rows.rows
         else:
             fn = mod.strided_par if numel >= PARALLEL_THRESHOLD else mod.strided
         fn(*args, *scalars)

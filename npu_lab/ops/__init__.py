@@ -10,6 +10,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     copy,
     factories,
     fft,
+    foreach,
     fused,
     indexing,
     layout,

@@ -109,13 +109,24 @@ def dense_strides_like(t: torch.Tensor) -> tuple[int, ...] | None:
     """
     if t.is_contiguous() or t.dim() < 2:
         return None
-    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), -d))  # outermost first
-    strides = [0] * t.dim()
-    acc = 1
-    for d in reversed(order):
-        strides[d] = acc
-        acc *= max(int(t.shape[d]), 1)
-    return tuple(strides)
+    key = (tuple(t.shape), t.stride())
+    strides = _DENSE_STRIDES.get(key)
+    if strides is None:
+        if len(_DENSE_STRIDES) >= 4096:  # (layouts repeat from step to step; keep the table small)
+            _DENSE_STRIDES.clear()
+        size, stride = key
+        order = sorted(range(len(size)), key=lambda d: (-stride[d], -d))  # outermost first
+        dense = [0] * len(size)
+        acc = 1
+        for d in reversed(order):
+            dense[d] = acc
+            acc *= max(int(size[d]), 1)
+        strides = _DENSE_STRIDES[key] = tuple(dense)
+    return strides
+
+
+#: (shape, strides) -> :func:`dense_strides_like`'s answer for a tensor that is not contiguous.
+_DENSE_STRIDES: dict[tuple, tuple[int, ...]] = {}
 
 
 def resize_out(out: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
