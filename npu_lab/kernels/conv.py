@@ -1,15 +1,20 @@
-"""Convolution as matrix multiplication (im2col) and pooling, in numba.
+"""Convolution as matrix multiplication, and pooling, in numba.
 
-**im2col** copies, for every output position, the input patch it sees into one
-row of a matrix ``cols`` of shape ``(N*Ho*Wo, C*kh*kw)``. The convolution is
-then a single matmul with the weights viewed as ``(O, C*kh*kw)``: the fast
-tiled kernel does the arithmetic. Padding reads as zeros; stride and dilation
-only change which input pixel each patch element comes from.
+**unfold** copies, for every kernel tap of every input channel, the input value
+that tap sees at every output position of every sample into one row of a
+matrix ``cols`` of shape ``(C*kd*kh*kw, N*positions)``. The convolution is then
+one matrix product with the weights viewed as ``(O, C*kd*kh*kw)`` (one per
+group). Padding reads as zeros; stride and dilation only change which input
+value each entry comes from.
 
 The backward pass reuses the same picture: the weight gradient is
-``grad_out^T @ cols``, and the input gradient is ``grad_out @ W`` scattered back
-into the image (**col2im**, the adjoint of im2col, which adds overlapping
-contributions).
+``grad_out @ cols^T``, and the input gradient is ``W^T @ grad_out`` summed back
+into the input (**fold**, the adjoint of unfold, which adds overlapping
+contributions). A transposed convolution is the adjoint: fold forward, unfold
+backward.
+
+**im2col** is the row-per-position layout ``(N*Ho*Wo, C*kh*kw)``, which the
+inference-time fused convolution + batch norm of :mod:`npu_lab.ops.fused` uses.
 """
 
 import math
@@ -40,28 +45,6 @@ def im2col(x, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, cols):
                             cols[row, col] = x[n, c, ih, iw]
                         else:
                             cols[row, col] = 0.0
-
-
-@numba.njit(parallel=True, **_opts)
-def col2im(cols, n_, c_, h_, w_, kh, kw, sh, sw, ph, pw, dh, dw, ho, wo, out):
-    """Adjoint of im2col: out (N, C, H, W) accumulates cols (N*ho*wo, C*kh*kw)."""
-    for t in prange(n_ * c_):
-        n = t // c_
-        c = t % c_
-        for ih in range(h_):
-            for iw in range(w_):
-                out[n, c, ih, iw] = 0.0
-        for oh in range(ho):
-            for ow in range(wo):
-                row = (n * ho + oh) * wo + ow
-                for i in range(kh):
-                    ih = oh * sh - ph + i * dh
-                    if ih < 0 or ih >= h_:
-                        continue
-                    for j in range(kw):
-                        iw = ow * sw - pw + j * dw
-                        if 0 <= iw < w_:
-                            out[n, c, ih, iw] += cols[row, (c * kh + i) * kw + j]
 
 
 @numba.njit(parallel=True, **_opts)

@@ -79,7 +79,7 @@ def conv_traffic(n: int, ho: int, wo: int, c: int, kh: int, kw: int, o: int, ite
     return 2 * cols + 2 * result
 
 
-# --- 3-D and transposed convolutions: vol2col / col2vol on (N, C, D, H, W) ------------------------------
+# --- every convolution, 1-3-D, plain and transposed: unfold / fold on (N, C, D, H, W) --------------------
 
 def _triple(v, nd: int, fill: int) -> tuple[int, int, int]:
     """A 1-, 2- or 3-D convolution parameter as its 3-D form (leading dimensions get ``fill``)."""

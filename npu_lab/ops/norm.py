@@ -129,16 +129,14 @@ def _rows(input: torch.Tensor, normalized_shape) -> tuple[int, int, list[int]]:
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     check_same_device("aten::native_layer_norm", input, weight, bias)
     rows, feats, stat_shape = _rows(input, normalized_shape)
-    x = np.ascontiguousarray(as_array(input.contiguous()).reshape(rows, feats), dtype=np.float64)
+    # the kernel reads the input in its own dtype, accumulates in float64 and writes each result once
+    x = as_array(input.contiguous()).reshape(rows, feats)
     w = as_array(weight).reshape(-1).astype(np.float64) if weight is not None else np.ones(feats)
     b = as_array(bias).reshape(-1).astype(np.float64) if bias is not None else np.zeros(feats)
-    y, mean, rstd = np.empty_like(x), np.empty(rows), np.empty(rows)
-    sized(nk.layer_forward, x.size)(x, w, b, float(eps), y, mean, rstd)
     out = empty(input.shape, input.dtype)
-    as_array(out)[...] = y.reshape(input.shape)
     m, r = empty(stat_shape, input.dtype), empty(stat_shape, input.dtype)
-    as_array(m)[...] = mean.reshape(stat_shape)
-    as_array(r)[...] = rstd.reshape(stat_shape)
+    sized(nk.layer_forward, x.size)(x, w, b, float(eps), as_array(out).reshape(rows, feats),
+                                    as_array(m).reshape(rows), as_array(r).reshape(rows))
     params = sum(nbytes(t) for t in (weight, bias) if t is not None)
     launch("layer_norm", 6 * input.numel(), nbytes(input) + params, nbytes(out) + nbytes(m) + nbytes(r))
     return out, m, r
@@ -148,17 +146,15 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     check_same_device("aten::native_layer_norm_backward", grad_out, input, mean, rstd, weight, bias)
     rows, feats, _ = _rows(input, normalized_shape)
-    x = np.ascontiguousarray(as_array(input.contiguous()).reshape(rows, feats), dtype=np.float64)
-    dy = np.ascontiguousarray(as_array(grad_out.contiguous()).reshape(rows, feats), dtype=np.float64)
-    m = as_array(mean.contiguous()).reshape(rows).astype(np.float64)
-    r = as_array(rstd.contiguous()).reshape(rows).astype(np.float64)
+    x = as_array(input.contiguous()).reshape(rows, feats)
+    dy = as_array(grad_out.contiguous()).reshape(rows, feats)
+    m = as_array(mean.contiguous()).reshape(rows)
+    r = as_array(rstd.contiguous()).reshape(rows)
     w = as_array(weight).reshape(-1).astype(np.float64) if weight is not None else np.ones(feats)
     results: list[torch.Tensor | None] = [None, None, None]
     if output_mask[0]:
-        dx = np.empty_like(x)
-        sized(nk.layer_backward_input, x.size)(dy, x, m, r, w, dx)
         results[0] = empty(input.shape, input.dtype)
-        as_array(results[0])[...] = dx.reshape(input.shape)
+        sized(nk.layer_backward_input, x.size)(dy, x, m, r, w, as_array(results[0]).reshape(rows, feats))
     if output_mask[1] or output_mask[2]:
         dw, db = np.empty(feats), np.empty(feats)
         sized(nk.layer_backward_params, x.size)(dy, x, m, r, dw, db)
