@@ -129,8 +129,11 @@ import npu_lab
 torch._inductor.config.compile_threads = 1
 def f(x):
     return torch.tanh(x) * 2 + 1
+torch.manual_seed(0)
 x = torch.randn(4, 8)
-close = torch.allclose(torch.compile(f)(x), f(x)) if sys.argv[1:] == ["compile"] else None
+# Inductor's scalar tanh and ATen's may differ in the last bit: near tanh(x) = -1 that is more than allclose's
+# default absolute tolerance of 1e-8 (an unseeded input failed the test once in that way)
+close = torch.allclose(torch.compile(f)(x), f(x), atol=1e-6) if sys.argv[1:] == ["compile"] else None
 print(json.dumps({"close": close, "cache": os.environ["TORCHINDUCTOR_CACHE_DIR"]}))
 """
 
