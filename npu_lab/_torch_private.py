@@ -359,3 +359,19 @@ def partitioner_splits() -> Iterator[list[int]]:
         yield count
     finally:
         partitioners._extract_fwd_bwd_modules = real
+
+
+def composite_implicit(op: torch._ops.OpOverload, *args: Any) -> Any:
+    """Run ``op``'s CompositeImplicitAutograd kernel (ATen's C++ composite) straight, not through the dispatcher,
+    so a kernel the npu registers for ``op`` is not reached again (torch 2.13: ``OpOverload._op_dk``).
+    ``OpOverload.decompose`` would prefer a Python decomposition where one exists."""
+    return op._op_dk(DispatchKey.CompositeImplicitAutograd, *args)
+
+
+def below_autograd_plain(tensors: Any) -> bool:
+    """No functorch transform is active and none of ``tensors`` has a dispatch of its own below autograd (fake
+    tensors, ``__torch_dispatch__`` subclasses: the Python key). torch 2.13: ``_are_functorch_transforms_active``,
+    ``_dispatch_keys``."""
+    if torch._C._are_functorch_transforms_active():
+        return False
+    return not any(torch._C._dispatch_keys(t).has(DispatchKey.Python) for t in tensors)

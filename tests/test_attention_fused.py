@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch.library import opcheck
 
+import npu_lab
 from npu_lab.kernels import matmul as mk
 from npu_lab.ops.fused import scaled_dot_product_attention as fused_sdpa
 
@@ -59,15 +60,46 @@ def test_fused_attention_masks_and_scale():
     torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
 
 
-def test_sdpa_functional_on_npu_uses_fused_kernel_when_asked():
+def test_sdpa_functional_on_npu_uses_fused_kernel_by_default():
+    """PyTorch asks the device's C++ choice stub (csrc/aten/NpuAttention.cpp), which asks the npu's
+    ``_fused_sdp_choice``: the fused kernel by default, the math path when ``sdpa_kernel`` says so or the
+    fused kernel cannot take the call, and PyTorch's error when neither is allowed."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    q = torch.randn(1, 2, 3, 4)
-    with sdpa_kernel(SDPBackend.OVERRIDEABLE):
-        out = F.scaled_dot_product_attention(q.npu(), q.npu(), q.npu())
-    torch.testing.assert_close(out.cpu(), F.scaled_dot_product_attention(q, q, q), rtol=1e-5, atol=1e-5)
-    assert torch.ops.aten._fused_sdp_choice(q.npu(), q.npu(), q.npu()) == int(SDPBackend.OVERRIDEABLE)
-    assert torch.ops.aten._fused_sdp_choice(q.npu(), q.npu(), q.npu(), dropout_p=0.1) == int(SDPBackend.MATH)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4, requires_grad=True) for _ in range(3))
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref.sum().backward()
+    leaves = [t.detach().npu().requires_grad_() for t in (q, k, v)]
+
+    def kernels(**kw):
+        with npu_lab.profile() as prof:
+            out = F.scaled_dot_product_attention(*leaves, is_causal=True, **kw)
+        return out, [e.name for e in prof.kernels]
+
+    out, names = kernels()
+    assert names == ["fused_attention"]
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    out.sum().backward()
+    for leaf, t in zip(leaves, (q, k, v)):
+        torch.testing.assert_close(leaf.grad.cpu(), t.grad, rtol=1e-5, atol=1e-5)
+    with sdpa_kernel(SDPBackend.MATH):
+        out, names = kernels()
+    assert "fused_attention" not in names and len(names) > 3
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    out, names = kernels(dropout_p=0.5)  # the fused kernel has no dropout: the math path
+    assert "fused_attention" not in names
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION), pytest.raises(RuntimeError, match="No viable backend"):
+        F.scaled_dot_product_attention(*leaves)
+    x = q.detach().npu()
+    assert torch.ops.aten._fused_sdp_choice(x, x, x) == int(SDPBackend.OVERRIDEABLE)
+    assert torch.ops.aten._fused_sdp_choice(x, x, x, dropout_p=0.1) == int(SDPBackend.MATH)
+    # 16-bit inputs take the fused kernel too, computed in float32 as every npu kernel computes them
+    h = x.bfloat16()
+    assert torch.ops.aten._fused_sdp_choice(h, h, h) == int(SDPBackend.OVERRIDEABLE)
+    hc = q.detach().bfloat16()
+    torch.testing.assert_close(F.scaled_dot_product_attention(h, h, h).cpu(),
+                               F.scaled_dot_product_attention(hc, hc, hc), rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("tiles", [(4, 4), (2, 4), (4, 1), (1, 1)])

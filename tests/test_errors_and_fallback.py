@@ -155,3 +155,26 @@ def test_a_kernel_that_cannot_do_complex_defers_to_the_fallback(name, fallback_o
 def test_complex_abs_without_the_fallback_is_pytorchs_missing_kernel_error(fallback_off):
     with pytest.raises(NotImplementedError, match="(?s)Could not run 'aten::abs'.*complex tensor"):
         torch.randn(3, dtype=torch.complex64).to("npu").abs()
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2])  # none, mean, sum
+def test_nll_loss_backward_refuses_targets_out_of_range(reduction):
+    """Called straight (a forward would have refused them first), the backward raises the CPU's IndexError and
+    writes no gradient outside the tensor it returns (the kernel used to write at row * C + target). With no
+    reduction the CPU's kernel (torch 2.13) does not check; the npu raises there too."""
+    logp = torch.log_softmax(torch.randn(4, 3), 1)
+    target = torch.tensor([0, 2, 3, -100])
+    grad = torch.ones(4) if reduction == 0 else torch.tensor(1.0)
+    args = (grad, logp, target, None, reduction, -100, torch.tensor(3.0))
+    if reduction:
+        with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+            torch.ops.aten.nll_loss_backward(*args)
+    guard = torch.zeros(64, device="npu")  # memory a stray write past the gradient could reach
+    npu_args = tuple(a.npu() if isinstance(a, torch.Tensor) else a for a in args)
+    with pytest.raises(IndexError, match="Target 3 is out of bounds"):
+        torch.ops.aten.nll_loss_backward(*npu_args)
+    assert not guard.cpu().any()
+    good = target.clone()
+    good[2] = 1
+    torch.testing.assert_close(torch.ops.aten.nll_loss_backward(*npu_args[:2], good.npu(), *npu_args[3:]).cpu(),
+                               torch.ops.aten.nll_loss_backward(*args[:2], good, *args[3:]))

@@ -13,6 +13,10 @@ into the input (**fold**, the adjoint of unfold, which adds overlapping
 contributions). A transposed convolution is the adjoint: fold forward, unfold
 backward.
 
+This whole-batch form is the reference and the path for dtypes BLAS does not
+take; float32/float64 convolutions build the same matrix a block of columns at
+a time, multiplying each block while it is in cache (:mod:`npu_lab.kernels.conv_blocked`).
+
 **im2col** is the row-per-position layout ``(N*Ho*Wo, C*kh*kw)``, which the
 inference-time fused convolution + batch norm of :mod:`npu_lab.ops.fused` uses.
 """

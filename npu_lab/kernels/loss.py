@@ -31,15 +31,21 @@ def nll_forward(logp, target, weight, ignore_index, losses, weights):
 
 @numba.njit(parallel=True, **_opts)
 def nll_backward(grad, target, weight, ignore_index, scale, per_sample, out):
-    """d(loss)/d(logp): -w[t] * grad * scale at [i, t], zero elsewhere."""
+    """d(loss)/d(logp): -w[t] * grad * scale at [i, t], zero elsewhere. Returns how many targets are out of
+    range (their rows stay zero; the caller raises)."""
     n, c = out.shape
+    bad = 0
     for i in prange(n):
         for j in range(c):
             out[i, j] = 0
         t = target[i]
         if t != ignore_index:
-            g = grad[i] if per_sample else grad[0]
-            out[i, t] = -weight[t] * g * scale
+            if t < 0 or t >= c:
+                bad += 1
+            else:
+                g = grad[i] if per_sample else grad[0]
+                out[i, t] = -weight[t] * g * scale
+    return bad
 
 
 @numba.njit(parallel=True, fastmath={"reassoc", "contract"}, **_opts)

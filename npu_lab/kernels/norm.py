@@ -19,7 +19,10 @@ Statistics accumulate in float64.
 import math
 
 import numba
+import numpy as np
 from numba import prange
+
+from .lanes import squared_deviations4, sum4
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -83,14 +86,9 @@ def batch_backward(dy, x, mean, invstd, w, train, dx, dw, db):
 def layer_forward(x, w, b, eps, out, mean, rstd):
     rows, feats = x.shape
     for r in prange(rows):
-        acc = 0.0
-        for j in range(feats):
-            acc += x[r, j]
-        m = acc / feats
-        sq = 0.0
-        for j in range(feats):
-            d = x[r, j] - m
-            sq += d * d
+        xr = x[r]
+        m = sum4(xr) / feats  # four running totals (kernels/lanes.py): a row's sums are short
+        sq = squared_deviations4(xr, m)
         inv = 1.0 / math.sqrt(sq / feats + eps)
         mean[r] = m
         rstd[r] = inv
@@ -102,13 +100,7 @@ def layer_forward(x, w, b, eps, out, mean, rstd):
 def layer_backward_input(dy, x, mean, rstd, w, dx):
     rows, feats = x.shape
     for r in prange(rows):
-        mg = 0.0
-        mgx = 0.0
-        for j in range(feats):
-            g = dy[r, j] * w[j]
-            xh = (x[r, j] - mean[r]) * rstd[r]
-            mg += g
-            mgx += g * xh
+        mg, mgx = _gradient_sums(dy[r], x[r], w, mean[r], rstd[r])
         mg /= feats
         mgx /= feats
         for j in range(feats):
@@ -117,17 +109,69 @@ def layer_backward_input(dy, x, mean, rstd, w, dx):
             dx[r, j] = rstd[r] * (g - mg - xh * mgx)
 
 
+@numba.njit(inline="always", **_opts)
+def _gradient_sums(dy, x, w, m, s):
+    """(sum of g, sum of g * x_hat) over a row, g = dy * w, x_hat = (x - m) * s; four running totals each."""
+    n = x.shape[0]
+    g0 = 0.0
+    g1 = 0.0
+    g2 = 0.0
+    g3 = 0.0
+    h0 = 0.0
+    h1 = 0.0
+    h2 = 0.0
+    h3 = 0.0
+    j = 0
+    while j + 4 <= n:
+        a = dy[j] * w[j]
+        b = dy[j + 1] * w[j + 1]
+        c = dy[j + 2] * w[j + 2]
+        d = dy[j + 3] * w[j + 3]
+        g0 += a
+        g1 += b
+        g2 += c
+        g3 += d
+        h0 += a * ((x[j] - m) * s)
+        h1 += b * ((x[j + 1] - m) * s)
+        h2 += c * ((x[j + 2] - m) * s)
+        h3 += d * ((x[j + 3] - m) * s)
+        j += 4
+    while j < n:
+        a = dy[j] * w[j]
+        g0 += a
+        h0 += a * ((x[j] - m) * s)
+        j += 1
+    return (g0 + g1) + (g2 + g3), (h0 + h1) + (h2 + h3)
+
+
 @numba.njit(parallel=True, **_opts)
-def layer_backward_params(dy, x, mean, rstd, dw, db):
+def layer_backward_params(dy, x, mean, rstd, dw, db, chunks):
+    """dw, db: per-feature sums over the rows.
+
+    The rows are cut into ``chunks`` runs (a fixed number, so the sums do not depend on the thread count);
+    each run walks its rows in order and adds a whole contiguous row to its partial sums, which vectorises
+    (walking a column would read with a stride). The partial sums are added at the end.
+    """
     rows, feats = x.shape
-    for j in prange(feats):
-        aw = 0.0
-        ab = 0.0
-        for r in range(rows):
-            aw += dy[r, j] * (x[r, j] - mean[r]) * rstd[r]
-            ab += dy[r, j]
-        dw[j] = aw
-        db[j] = ab
+    part_w = np.zeros((chunks, feats))
+    part_b = np.zeros((chunks, feats))
+    for c in prange(chunks):
+        aw = part_w[c]
+        ab = part_b[c]
+        for r in range(c * rows // chunks, (c + 1) * rows // chunks):
+            m = mean[r]
+            s = rstd[r]
+            for j in range(feats):
+                aw[j] += dy[r, j] * ((x[r, j] - m) * s)
+                ab[j] += dy[r, j]
+    for j in range(feats):
+        sw = 0.0
+        sb = 0.0
+        for c in range(chunks):
+            sw += part_w[c, j]
+            sb += part_b[c, j]
+        dw[j] = sw
+        db[j] = sb
 
 
 @numba.njit(parallel=True, **_opts)

@@ -16,6 +16,7 @@ import numpy as np
 from numba import prange
 
 from .fast_math import fast_exp
+from .lanes import dot4, sum4
 from .pointers import ptr_array
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
@@ -151,7 +152,8 @@ def var_rows(x, out, correction):
 @numba.njit(parallel=True, **_opts)
 def softmax_rows(x, out, log):
     """Softmax (or log-softmax) of each row. The exponentials are written to ``out``
-    first, in a loop of their own that vectorises; the (ordered, float64) sum reads them back."""
+    first, in a loop of their own that vectorises; the float64 sum (four running totals in a fixed
+    order, :mod:`npu_lab.kernels.lanes`) reads them back."""
     k = x.shape[1]
     for r in prange(x.shape[0]):
         xr = x[r]
@@ -162,9 +164,7 @@ def softmax_rows(x, out, log):
                 m = xr[j]
         for j in range(k):
             orow[j] = fast_exp(xr[j] - m)
-        s = 0.0
-        for j in range(k):
-            s += orow[j]
+        s = sum4(orow)
         if log:
             lse = m + math.log(s)
             for j in range(k):
@@ -179,15 +179,11 @@ def softmax_backward_rows(grad, out, result, log):
     """d(input) for softmax (log=False) or log_softmax (log=True), per row."""
     for r in prange(grad.shape[0]):
         if log:
-            s = 0.0
-            for j in range(grad.shape[1]):
-                s += grad[r, j]
+            s = sum4(grad[r])
             for j in range(grad.shape[1]):
                 result[r, j] = grad[r, j] - fast_exp(out[r, j]) * s
         else:
-            s = 0.0
-            for j in range(grad.shape[1]):
-                s += grad[r, j] * out[r, j]
+            s = dot4(grad[r], out[r])
             for j in range(grad.shape[1]):
                 result[r, j] = out[r, j] * (grad[r, j] - s)
 

@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (each module registers its kernels on import)
     random,
     recurrent,
     reductions,
+    rnn_sequence,
     scans,
     shape,
     sorting,

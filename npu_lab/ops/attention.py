@@ -1,10 +1,13 @@
 """Scaled-dot-product attention on the NPU through PyTorch's "overrideable" hook.
 
 ``F.scaled_dot_product_attention`` asks the device which implementation to use
-(``aten::_fused_sdp_choice``). The NPU answers ``OVERRIDEABLE`` when its fused
-kernel can handle the call (no dropout, same number of query and key heads) and
-``MATH`` otherwise, in which case PyTorch composes attention from matmul,
-softmax and friends, which the NPU also runs. The fused kernel is registered
+(``aten::_fused_sdp_choice``; PyTorch 2.13 asks through a C++ dispatch stub,
+which ``csrc/aten/NpuAttention.cpp`` forwards to this operator). The NPU answers
+``OVERRIDEABLE`` when its fused kernel can handle the call (no dropout, same
+number of query and key heads, floating point: float16 and bfloat16 are
+computed in float32, as every npu kernel computes them) and ``sdpa_kernel()``
+allows it, and ``MATH`` otherwise, in which case PyTorch composes attention
+from matmul, softmax and friends, which the NPU also runs. The fused kernel is registered
 as ``aten::_scaled_dot_product_fused_attention_overrideable`` (+ backward), the
 slot PyTorch keeps for out-of-tree accelerators.
 """
@@ -39,7 +42,12 @@ def _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
 @register("_fused_sdp_choice")
 def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *,
                      scale=None, enable_gqa=False):
-    return OVERRIDEABLE if _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) else MATH
+    fused = torch._C._get_overrideable_sdp_enabled() and _fusable(query, key, value, attn_mask, dropout_p,
+                                                                  enable_gqa)
+    if not fused and not torch._C._get_math_sdp_enabled():
+        raise RuntimeError("No viable backend for scaled_dot_product_attention was found. This is likely due to "
+                           "turning off both the math kernel and the fused kernels.")
+    return OVERRIDEABLE if fused else MATH
 
 
 def _heads(t: torch.Tensor) -> np.ndarray:

@@ -12,16 +12,30 @@ folded back (``fold``, the adjoint of unfold); the weight's is the output's
 gradient times the patches' transpose.
 See :mod:`npu_lab.kernels.conv`. The simulated clock charges what an im2col
 convolution moves on the chip (:func:`conv_traffic`).
+
+The whole batch's patch matrix is ``kd*kh*kw`` times larger than the input, and
+on the host writing it and reading it back cost as much as the products. So for
+float32/float64 with a BLAS library (PyTorch's), the host never builds it: each
+thread unfolds a *block* of output rows small enough to stay in its cache,
+multiplies it at once, and goes on with the next one ("blocked im2col",
+:mod:`npu_lab.kernels.conv_blocked`); folds take the same blocks in reverse. The
+products are the same, in the same layout, only cut into blocks, so the clock
+charges exactly what it charged before. Other dtypes, and products with BLAS
+switched off, take the whole-batch path (:func:`_unfold`, :func:`_fold`).
 """
 
 from __future__ import annotations
 
+import math
+
+import numba
 import numpy as np
 import torch
 
+from ..kernels import blas, workspace
 from ..kernels import conv as ck
+from ..kernels import conv_blocked as cb
 from ..kernels import matmul as mk
-from ..kernels import workspace
 from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes, resize_out
 from .copy import device_copy
@@ -147,10 +161,79 @@ def _to_samples(m: np.ndarray, vol: np.ndarray) -> None:
     vol.reshape(n, c, -1)[...] = m.reshape(c, n, -1).transpose(1, 0, 2)
 
 
+def _blocked_routines(dtype: np.dtype, *arrays: np.ndarray) -> tuple[int, int] | None:
+    """(gemm, thread-count setter) addresses when the blocked kernels (:mod:`npu_lab.kernels.conv_blocked`)
+    can take a convolution: float32/float64 with PyTorch's BLAS switched on, nothing empty. None sends the
+    convolution to the whole-batch unfold/fold path (the numba matrix kernels then do the products)."""
+    if not blas.ENABLED or np.dtype(dtype) not in blas.DTYPES or any(a.size == 0 for a in arrays):
+        return None
+    routines = blas._torch_routines(np.dtype(dtype))
+    return None if routines is None else routines[:2]
+
+
+def _workers(work: int) -> int:
+    """Threads a blocked kernel uses: all of numba's for ``work`` multiply-adds or more, else one."""
+    return numba.get_num_threads() if work >= blas.PARALLEL_MIN_MACS else 1
+
+
+def _blocked_unfold(routines, x: np.ndarray, k, s, p, d, out, groups: int, a: np.ndarray | None = None,
+                    a_out: np.ndarray | None = None, left: np.ndarray | None = None,
+                    grad: np.ndarray | None = None) -> None:
+    """Unfold ``x`` (N, Cs, D, H, W) for an output of size ``out`` a block at a time and multiply each block at
+    once (:func:`npu_lab.kernels.conv_blocked.unfold_products`): ``a_out`` (N, MA, P) = ``a`` (MA, Kg) times the
+    patches per group, and/or ``grad`` (MB, Kg) = ``left`` (N, MB, P) times the patches' transpose."""
+    n, cs = x.shape[:2]
+    kk = k[0] * k[1] * k[2]
+    rows, ow = out[0] * out[1], out[2]
+    do_a, do_w = a_out is not None, grad is not None
+    macs = n * rows * ow * cs * kk * ((a_out.shape[1] if do_a else 0) + (left.shape[1] if do_w else 0)) // groups
+    workers = _workers(macs)
+    # the wide layout (long contiguous copies) where consecutive output rows read consecutive input rows
+    wide = s[1] == 1 and s[2] == 1 and p[2] == 0 and x.shape[4] > ow
+    width = x.shape[4] if wide else ow
+    rpb = cb.rows_per_block(rows, width, cs * kk, x.itemsize, n, workers)
+    buf = workspace.buffer("conv.block", (workers, cs * kk, rpb * width), x.dtype)
+    one, zero = x.dtype.type(1), x.dtype.type(0)
+    dummy2, dummy3 = np.zeros((1, 1), x.dtype), np.zeros((1, 1, 1), x.dtype)
+    partial = workspace.buffer("conv.partial", (workers, *grad.shape), x.dtype) if do_w else dummy3
+    aux_rows = (left.shape[1] if do_w else 0) + (a_out.shape[1] // groups if do_a else 0)
+    aux = workspace.buffer("conv.aux", (workers, aux_rows, rpb * width), x.dtype) if wide else dummy3
+    kernel = cb.unfold_products if workers > 1 else sized(cb.unfold_products, 0)
+    kernel(*routines, workers, x, *k, *s, *p, *d, *out, groups, rpb, a if do_a else dummy2,
+           a_out if do_a else dummy3, do_a, left if do_w else dummy3, partial, do_w, wide, buf, aux, one, zero)
+    if do_w:
+        np.sum(partial, axis=0, out=grad)
+
+
+def _blocked_fold(routines, src: np.ndarray, a: np.ndarray, k, s, p, d, out, groups: int, vol: np.ndarray) -> None:
+    """``vol`` (N, Co, D, H, W) = the fold, for an unfold of output size ``out``, of ``a`` (M, Kg) transposed
+    times ``src`` (N, M, P) per group, a block at a time (:func:`npu_lab.kernels.conv_blocked.fold_products`)."""
+    n, co = vol.shape[:2]
+    kk = k[0] * k[1] * k[2]
+    rows, ow = out[0] * out[1], out[2]
+    workers = _workers(n * rows * ow * co * kk * src.shape[1] // groups)
+    per_group = co // groups
+    # units of (sample, group, channel chunk): whole groups when they give every worker an equal share,
+    # else each group's channels cut into up to ``workers`` chunks
+    if workers == 1 or (n * groups) % workers == 0 or n * groups >= 4 * workers:
+        chunk = per_group
+    else:
+        chunk = -(-per_group // min(per_group, workers))
+    wide = s[1] == 1 and s[2] == 1 and p[2] == 0 and vol.shape[4] > ow  # as in _blocked_unfold
+    width = vol.shape[4] if wide else ow
+    rpb = cb.rows_per_block(rows, width, chunk * kk, vol.itemsize, 1, 1)
+    buf = workspace.buffer("conv.block", (workers, chunk * kk, rpb * width), vol.dtype)
+    aux = workspace.buffer("conv.aux", (workers, src.shape[1] // groups, rpb * width), vol.dtype) if wide else \
+        np.zeros((1, 1, 1), vol.dtype)
+    kernel = cb.fold_products if workers > 1 else sized(cb.fold_products, 0)
+    kernel(*routines, workers, src, a, groups, chunk, *k, *s, *p, *d, *out, rpb, vol, wide, buf, aux,
+           vol.dtype.type(1), vol.dtype.type(0))
+
+
 def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """Every convolution, 1-3-D, plain or transposed, one product per group for the whole batch: plain,
     ``Y = W @ unfold(X)``; transposed (the adjoint), ``Y = fold(W^T @ X)``, with ``X``/``Y`` the batch's
-    channels as rows."""
+    channels as rows. On the blocked path the same products run a block of columns at a time."""
     nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     x, w = _as_5d(input), _as_5d(weight)
     n, c = x.shape[:2]
@@ -164,21 +247,28 @@ def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, 
         og = o // groups
     out = empty((n, o, *osz[3 - nd:]), input.dtype)
     y = as_array(out).reshape(n, o, *osz)
+    routines = _blocked_routines(x.dtype, x, w, y)
     if transposed:
-        xm = _channels_first(x)
-        cols = workspace.buffer("conv.product", (o * kk, xm.shape[1]), x.dtype)
-        for g in range(groups):
-            _product(w[g * cg:(g + 1) * cg].reshape(cg, og * kk).T, xm[g * cg:(g + 1) * cg],
-                     cols[g * og * kk:(g + 1) * og * kk])
-        _fold(cols, k, s, p, d, size, y)
+        if routines is not None:  # fold(W^T @ X), a block of patches at a time
+            _blocked_fold(routines, x.reshape(n, c, -1), w.reshape(c, og * kk), k, s, p, d, size, groups, y)
+        else:
+            xm = _channels_first(x)
+            cols = workspace.buffer("conv.product", (o * kk, xm.shape[1]), x.dtype)
+            for g in range(groups):
+                _product(w[g * cg:(g + 1) * cg].reshape(cg, og * kk).T, xm[g * cg:(g + 1) * cg],
+                         cols[g * og * kk:(g + 1) * og * kk])
+            _fold(cols, k, s, p, d, size, y)
         flops = 2.0 * n * size[0] * size[1] * size[2] * c * og * kk
     else:
-        cols = _unfold(x, k, s, p, d, osz)
-        result = workspace.buffer("conv.product", (o, cols.shape[1]), x.dtype)
-        for g in range(groups):
-            _product(w[g * og:(g + 1) * og].reshape(og, cg * kk), cols[g * cg * kk:(g + 1) * cg * kk],
-                     result[g * og:(g + 1) * og])
-        _to_samples(result, y)
+        if routines is not None:  # W @ unfold(X), a block of patches at a time, straight into (N, O, positions)
+            _blocked_unfold(routines, x, k, s, p, d, osz, groups, a=w.reshape(o, cg * kk), a_out=y.reshape(n, o, -1))
+        else:
+            cols = _unfold(x, k, s, p, d, osz)
+            result = workspace.buffer("conv.product", (o, cols.shape[1]), x.dtype)
+            for g in range(groups):
+                _product(w[g * og:(g + 1) * og].reshape(og, cg * kk), cols[g * cg * kk:(g + 1) * cg * kk],
+                         result[g * og:(g + 1) * og])
+            _to_samples(result, y)
         flops = 2.0 * n * osz[0] * osz[1] * osz[2] * o * cg * kk
     if bias is not None:
         y += as_array(bias).reshape(1, o, 1, 1, 1)
@@ -198,7 +288,9 @@ def _convolution_nd(input, weight, bias, stride, padding, dilation, transposed, 
 def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
                              groups, output_mask):
     """Gradients of :func:`_convolution_nd`, each one product per group for the whole batch: the input's is
-    the other direction's convolution, the weight's the product of the output's gradient and the patches."""
+    the other direction's convolution, the weight's the product of the output's gradient and the patches.
+    On the blocked path the same products run a block of columns at a time (a transposed convolution's two
+    gradients from one unfold of the output's gradient)."""
     nd, k, s, p, d, osz = _nd_geometry(input, weight, stride, padding, dilation, transposed, output_padding, groups)
     x, w, gy = _as_5d(input), _as_5d(weight), _as_5d(grad_output)
     n, c = x.shape[:2]
@@ -207,7 +299,15 @@ def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilati
     grad_input = empty(input.shape, input.dtype) if output_mask[0] else None
     grad_weight = empty(weight.shape, weight.dtype) if output_mask[1] else None
     gx = as_array(grad_input).reshape(x.shape) if output_mask[0] else None
-    if transposed:  # x (N, C_in, size) -> y (N, C_out, osz); weight (C_in, og, k...)
+    routines = _blocked_routines(x.dtype, x, w, gy)
+    if transposed and routines is not None:  # one blocked unfold of the output's gradient feeds both products
+        cg, og = c // groups, w.shape[1]
+        o = og * groups
+        _blocked_unfold(routines, gy, k, s, p, d, size, groups,
+                        a=w.reshape(c, og * kk), a_out=gx.reshape(n, c, -1) if output_mask[0] else None,
+                        left=x.reshape(n, c, -1), grad=as_array(grad_weight).reshape(c, og * kk)
+                        if output_mask[1] else None)
+    elif transposed:  # x (N, C_in, size) -> y (N, C_out, osz); weight (C_in, og, k...)
         cg, og = c // groups, w.shape[1]
         o = og * groups
         cols = _unfold(gy, k, s, p, d, size)  # (C_out*kk, N*positions of x)
@@ -222,6 +322,14 @@ def _convolution_nd_backward(grad_output, input, weight, stride, padding, dilati
                 _product(xm[g * cg:(g + 1) * cg], rows.T, gw[g * cg:(g + 1) * cg])
         if output_mask[0]:
             _to_samples(gxm, gx)
+    elif routines is not None:  # weight (C_out, cg, k...): the input's gradient folded, the weight's unfolded
+        o, cg = w.shape[:2]
+        gys = gy.reshape(n, o, -1)
+        if output_mask[0]:
+            _blocked_fold(routines, gys, w.reshape(o, cg * kk), k, s, p, d, osz, groups, gx)
+        if output_mask[1]:
+            _blocked_unfold(routines, x, k, s, p, d, osz, groups, left=gys,
+                            grad=as_array(grad_weight).reshape(o, cg * kk))
     else:  # weight (C_out, cg, k...)
         o, cg = w.shape[:2]
         og = o // groups
@@ -493,10 +601,10 @@ def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1,
 def _max_grad(grad_output: torch.Tensor, self: torch.Tensor, indices: torch.Tensor, nd: int, name: str):
     """Gradient of a max pooling over the last ``nd`` dims: each output's gradient added at its argmax."""
     check_same_device(f"aten::{name}", grad_output, self, indices)
-    plane = int(np.prod(self.shape[-nd:]))
+    plane = math.prod(self.shape[-nd:])
     out = empty(self.shape, self.dtype)
     if out.numel():
-        g = as_array(grad_output.contiguous()).reshape(-1, int(np.prod(grad_output.shape[-nd:])))
+        g = as_array(grad_output.contiguous()).reshape(-1, math.prod(grad_output.shape[-nd:]))
         i = as_array(indices.contiguous()).reshape(g.shape)
         sized(ck.max_pool_backward, g.size + out.numel())(g, i, as_array(out).reshape(-1, plane))
     launch(name, grad_output.numel(), nbytes(grad_output) + nbytes(indices), nbytes(out))
@@ -737,9 +845,9 @@ def _fractional(self, kernel_size, output_size, random_samples, nd: int):
             else:
                 starts.append(_intervals(u[:, order[dim]], size3[dim], o3[dim], k3[dim]))
         x = as_array(self.contiguous()).reshape(planes, *size3)
-        sized(ck.fractional_max, out.numel() * int(np.prod(k)))(
+        sized(ck.fractional_max, out.numel() * math.prod(k))(
             x, *starts, *k3, as_array(out).reshape(planes, *o3), as_array(idx).reshape(planes, *o3))
-    launch(name, out.numel() * int(np.prod(k)), nbytes(self), nbytes(out) + nbytes(idx))
+    launch(name, out.numel() * math.prod(k), nbytes(self), nbytes(out) + nbytes(idx))
     return out, idx
 
 
@@ -780,10 +888,10 @@ def _unpool(self, indices, output_size, nd: int):
     o = tuple(int(e) for e in output_size)
     out = empty((*self.shape[:-nd], *o), self.dtype)
     if self.numel():
-        planes = int(np.prod(self.shape[:-nd]))
+        planes = math.prod(self.shape[:-nd])
         src = as_array(self.contiguous()).reshape(planes, -1)
         idx = as_array(indices.contiguous()).reshape(planes, -1)
-        size = int(np.prod(o))
+        size = math.prod(o)
         bad, found = sized(ck.scatter_planes, self.numel() + out.numel())(
             src, idx, as_array(out).reshape(planes, size), size)
         if found:

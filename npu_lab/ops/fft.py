@@ -54,8 +54,8 @@ def _dims(x: torch.Tensor, dim) -> list[int]:
 def _three(a: np.ndarray, d: int) -> np.ndarray:
     """A contiguous array viewed as (outer, shape[d], inner)."""
     shape = a.shape
-    outer = int(np.prod(shape[:d])) if d else 1
-    inner = int(np.prod(shape[d + 1:])) if d + 1 < len(shape) else 1
+    outer = math.prod(shape[:d]) if d else 1
+    inner = math.prod(shape[d + 1:]) if d + 1 < len(shape) else 1
     return a.reshape(outer, shape[d], inner)
 
 
@@ -68,7 +68,7 @@ def _readable(x: torch.Tensor) -> torch.Tensor:
 
 def _account(name: str, shape, d: int, out: torch.Tensor, src: torch.Tensor) -> None:
     n = int(shape[d])
-    lines = int(np.prod(shape)) // max(n, 1)
+    lines = math.prod(shape) // max(n, 1)
     launch(name, lines * fk.plan(max(n, 1)).flops, nbytes(src), nbytes(out))
 
 

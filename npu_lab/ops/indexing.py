@@ -3,6 +3,8 @@ roll, nonzero(_static), segment_reduce, the embedding backward, tril/triu."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -79,8 +81,8 @@ def _dim(t: torch.Tensor, dim: int) -> int:
 def _three(t: torch.Tensor, dim: int) -> np.ndarray:
     """A contiguous tensor viewed as (outer, t.shape[dim], inner)."""
     shape = list(t.shape) or [1]
-    outer = int(np.prod(shape[:dim])) if dim else 1
-    inner = int(np.prod(shape[dim + 1:])) if dim + 1 < len(shape) else 1
+    outer = math.prod(shape[:dim]) if dim else 1
+    inner = math.prod(shape[dim + 1:]) if dim + 1 < len(shape) else 1
     return as_array(t.contiguous()).reshape(outer, shape[dim], inner)
 
 
@@ -142,8 +144,8 @@ def _gather_views(self: torch.Tensor, dim: int, index: torch.Tensor):
         raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     idx = index.contiguous()
     shape = list(idx.shape) or [1]
-    outer = int(np.prod(shape[:dim])) if dim else 1
-    inner = int(np.prod(shape[dim + 1:])) if dim + 1 < len(shape) else 1
+    outer = math.prod(shape[:dim]) if dim else 1
+    inner = math.prod(shape[dim + 1:]) if dim + 1 < len(shape) else 1
     return outer, shape[dim], inner
 
 
@@ -668,8 +670,8 @@ def _strided3_view(t: torch.Tensor, dim: int) -> np.ndarray | None:
     """``t``'s memory as an (outer, t.shape[dim], inner) strided view, or None when the layout does not allow it."""
     a = as_array(t) if t.dim() else as_array(t).reshape(1)
     shape = a.shape
-    outer = int(np.prod(shape[:dim])) if dim else 1
-    inner = int(np.prod(shape[dim + 1:])) if dim + 1 < len(shape) else 1
+    outer = math.prod(shape[:dim]) if dim else 1
+    inner = math.prod(shape[dim + 1:]) if dim + 1 < len(shape) else 1
     try:
         return a.reshape(outer, shape[dim], inner, copy=False)
     except (ValueError, TypeError):
@@ -971,7 +973,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
               "initial": initial}
     axis, bounds = _segment_prepare(data, reduce, lengths, indices, offsets, axis, unsafe)
     seg = offsets if offsets is not None else lengths
-    outer = int(np.prod(data.shape[:axis])) if axis else 1
+    outer = math.prod(data.shape[:axis]) if axis else 1
     if bounds is None or bounds.shape[0] != outer or not _segment_dtype_ok(data, seg):
         return fallback.unsupported(torch.ops.aten.segment_reduce.default, args, kwargs,
                                     "segment bounds outside the data or a dtype without a kernel")
@@ -996,7 +998,7 @@ def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets
     check_same_device("aten::_segment_reduce_backward", grad, output, data)
     axis, bounds = _segment_prepare(data, reduce, lengths, None, offsets, axis, True)
     seg = offsets if offsets is not None else lengths
-    outer = int(np.prod(data.shape[:axis])) if axis else 1
+    outer = math.prod(data.shape[:axis]) if axis else 1
     if bounds is None or bounds.shape[0] != outer or not _segment_dtype_ok(data, seg):
         return fallback.unsupported(torch.ops.aten._segment_reduce_backward.default, (grad, output, data, reduce),
                                     {"lengths": lengths, "offsets": offsets, "axis": axis, "initial": initial},

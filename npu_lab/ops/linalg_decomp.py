@@ -23,6 +23,7 @@ return feed their backward formulas), ``lstsq`` defaults to ``gelsy``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -118,7 +119,7 @@ def _np_dtype(dtype: torch.dtype) -> np.dtype:
 
 
 def _count(shape: Sequence[int]) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    return math.prod(shape) if len(shape) else 1
 
 
 def _fmat(x: np.ndarray | torch.Tensor, batch: Sequence[int] | None = None) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import native
 from ..device.tensors import NUMPY_DTYPES, block_of, flat_array
 from ..kernels import loss as lk
 from ..kernels.threads import sized
@@ -66,7 +67,67 @@ def _nll_inputs(self, target, weight):
     return xa, (ta if ta.dtype == np.int64 else ta.astype(np.int64)), w
 
 
-@register("nll_loss_forward")
+_current_device = native.load().current_device
+_NLL_FAST = (torch.float32, torch.float64)
+
+
+def _fast_nll_inputs(self, target, weight, reduction) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(scores, targets, class weights) as :func:`_nll_inputs` gives them, for a classifier's loss: (N, C)
+    contiguous float scores, N int64 targets, no class weights, a mean or a sum, on the current device; None
+    for anything else (the kernel's general path then checks and runs the call)."""
+    if weight is not None or reduction == NONE or not isinstance(self, torch.Tensor) \
+            or not isinstance(target, torch.Tensor):
+        return None
+    if self.dtype not in _NLL_FAST or target.dtype is not torch.int64 or self.dim() != 2 or target.dim() != 1:
+        return None
+    dev = self.get_device()
+    n = self.shape[0]
+    if not n or target.shape[0] != n or dev != _current_device() or target.get_device() != dev \
+            or not (self.is_contiguous() and target.is_contiguous()):
+        return None
+    x = as_array(self)
+    w = _ONES.get((self.shape[1], x.dtype))
+    if w is None:
+        w = _ONES[(self.shape[1], x.dtype)] = np.ones(self.shape[1], dtype=x.dtype)
+    return x, as_array(target), w
+
+
+def _fast_nll_forward(self, target, weight, reduction, ignore_index):
+    found = _fast_nll_inputs(self, target, weight, reduction)
+    if found is None:
+        return None
+    x, t, w = found
+    n = x.shape[0]
+    losses = np.empty(n, dtype=np.float64)
+    weights = np.empty(n, dtype=np.float64)
+    if lk.nll_forward(x, t, w, ignore_index, losses, weights) >= 0:
+        return None  # a target out of range: the general path raises
+    out, total_weight = nll_reduce(losses, weights, reduction, True, self.dtype)
+    size = self.element_size()
+    launch("nll_loss", 2 * n, n * x.shape[1] * size + 8 * n, size)
+    return out, total_weight
+
+
+def _fast_nll_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+    found = _fast_nll_inputs(self, target, weight, reduction)
+    if found is None or not isinstance(grad_output, torch.Tensor) or grad_output.dtype is not self.dtype \
+            or grad_output.numel() != 1 or grad_output.get_device() != self.get_device():
+        return None
+    x, t, w = found
+    scale = 1.0
+    if reduction == MEAN:
+        tw = float(as_array(total_weight))
+        scale = 1.0 / tw if tw else 0.0
+    out = empty(self.shape, self.dtype)
+    g = as_array(grad_output.contiguous()).reshape(-1)
+    if sized(lk.nll_backward, out.numel())(g, t, w, ignore_index, scale, False, as_array(out)):
+        return None  # a target out of range: the general path raises
+    size = self.element_size()
+    launch("nll_loss_backward", self.numel(), size + 8 * x.shape[0], self.numel() * size)
+    return out
+
+
+@register("nll_loss_forward", fast=_fast_nll_forward)
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     if self.dim() not in (1, 2):
         raise ValueError(f"Expected 1 or 2 dimensions (got {self.dim()})")
@@ -114,7 +175,7 @@ def nll_reduce(losses: np.ndarray, weights: np.ndarray, reduction: int, batched:
     return loss, total_weight
 
 
-@register("nll_loss_backward")
+@register("nll_loss_backward", fast=_fast_nll_backward)
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     check_same_device("aten::nll_loss_backward", grad_output, self, target, total_weight)
     x, t, w = _nll_inputs(self, target, weight)
@@ -125,7 +186,8 @@ def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index
     if reduction == MEAN:
         tw = float(as_array(total_weight))
         scale = 1.0 / tw if tw else 0.0
-    sized(lk.nll_backward, out.numel())(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape))
+    if sized(lk.nll_backward, out.numel())(g, t, w, ignore_index, scale, per_sample, as_array(out).reshape(x.shape)):
+        raise_bad_target((t != ignore_index) & ((t < 0) | (t >= x.shape[1])), t)
     launch("nll_loss_backward", self.numel(), nbytes(grad_output) + nbytes(target), nbytes(out))
     return out
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from ..kernels import norm as nk
 from ..kernels import workspace
-from ..kernels.threads import sized
+from ..kernels.threads import PARALLEL_MIN_WORK, sized
 from .common import as_array, check_same_device, empty, launch, nbytes
 from .registry import register
 
@@ -16,7 +18,7 @@ def _ncs(t: torch.Tensor) -> np.ndarray:
     """An (N, C, S) view of an (N, C, ...) tensor in its own dtype (of a contiguous copy if it is not
     contiguous); the kernels accumulate in float64."""
     shape = t.shape
-    s = int(np.prod(shape[2:])) if len(shape) > 2 else 1
+    s = math.prod(shape[2:]) if len(shape) > 2 else 1
     return as_array(t.contiguous()).reshape(shape[0], shape[1], s)
 
 
@@ -119,7 +121,7 @@ def _rows(input: torch.Tensor, normalized_shape) -> tuple[int, int, list[int]]:
         raise RuntimeError(
             f"Given normalized_shape={list(normalized_shape)}, expected input with shape [*, "
             f"{', '.join(map(str, normalized_shape))}], but got input of size{list(input.shape)}")
-    feats = int(np.prod(normalized_shape)) if n else 1
+    feats = math.prod(normalized_shape)
     rows = input.numel() // feats if feats else 0
     stat_shape = list(input.shape[:input.dim() - n]) + [1] * n
     return rows, feats, stat_shape
@@ -137,8 +139,9 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     m, r = empty(stat_shape, input.dtype), empty(stat_shape, input.dtype)
     sized(nk.layer_forward, x.size)(x, w, b, float(eps), as_array(out).reshape(rows, feats),
                                     as_array(m).reshape(rows), as_array(r).reshape(rows))
-    params = sum(nbytes(t) for t in (weight, bias) if t is not None)
-    launch("layer_norm", 6 * input.numel(), nbytes(input) + params, nbytes(out) + nbytes(m) + nbytes(r))
+    size = input.element_size()
+    params = sum(t.numel() * t.element_size() for t in (weight, bias) if t is not None)
+    launch("layer_norm", 6 * rows * feats, size * rows * feats + params, size * (rows * feats + 2 * rows))
     return out, m, r
 
 
@@ -157,7 +160,8 @@ def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, we
         sized(nk.layer_backward_input, x.size)(dy, x, m, r, w, as_array(results[0]).reshape(rows, feats))
     if output_mask[1] or output_mask[2]:
         dw, db = np.empty(feats), np.empty(feats)
-        sized(nk.layer_backward_params, x.size)(dy, x, m, r, dw, db)
+        chunks = 8 if x.size >= PARALLEL_MIN_WORK else 1
+        sized(nk.layer_backward_params, x.size)(dy, x, m, r, dw, db, chunks)
         if output_mask[1] and weight is not None:
             results[1] = empty(weight.shape, weight.dtype)
             as_array(results[1])[...] = dw.reshape(weight.shape)

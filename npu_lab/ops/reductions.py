@@ -49,8 +49,8 @@ def wrap_dim(dim: int, ndim: int) -> int:
 def split3(shape: Sequence[int], dim: int) -> tuple[int, int, int]:
     """(outer, n, inner): a contiguous tensor of ``shape`` viewed around dimension ``dim``."""
     shape = list(shape) or [1]
-    return (int(np.prod(shape[:dim], dtype=np.int64)), int(shape[dim]),
-            int(np.prod(shape[dim + 1:], dtype=np.int64)))
+    return (math.prod(shape[:dim]), int(shape[dim]),
+            math.prod(shape[dim + 1:]))
 
 
 def contiguous_as(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -159,8 +159,8 @@ def _rows(
         x = c
     kept_shape = [t.shape[d] for d in keep]
     keep_shape = [1 if d in dims else t.shape[d] for d in range(t.dim())]
-    outer = int(np.prod(kept_shape)) if kept_shape else 1
-    inner = int(np.prod([t.shape[d] for d in dims])) if dims else 1
+    outer = math.prod(kept_shape) if kept_shape else 1
+    inner = math.prod([t.shape[d] for d in dims]) if dims else 1
     return as_array(x).reshape(outer, inner), kept_shape, keep_shape
 
 
@@ -227,7 +227,7 @@ def _sum_leading(t: torch.Tensor, n: int, keepdim: bool, rdtype: torch.dtype, me
         out = empty(shape, rdtype)
     else:
         resize_out(out, shape)
-    x = as_array(t).reshape(int(np.prod(t.shape[:n])), -1)
+    x = as_array(t).reshape(math.prod(t.shape[:n]), -1)
     res = np.empty(x.shape[1], dtype=np.float64)
     sized(rk.sum_cols, x.size)(x, res)
     if mean:
@@ -517,13 +517,14 @@ def _softmax_impl(x: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
         x1 = x.reshape(1)
         return _softmax_impl(x1, 0, log).reshape(())
     dim = dim % x.dim()
-    xt = x.movedim(dim, -1).contiguous()
+    last = dim == x.dim() - 1
+    xt = x.contiguous() if last else x.movedim(dim, -1).contiguous()
     out = empty(xt.shape, x.dtype)
     if x.numel():
         n = xt.shape[-1]
         sized(rk.softmax_rows, x.numel())(as_array(xt).reshape(-1, n), as_array(out).reshape(-1, n), log)
     launch("log_softmax" if log else "softmax", 5 * x.numel(), nbytes(x), nbytes(out))
-    return out.movedim(-1, dim).contiguous() if dim != x.dim() - 1 else out
+    return out if last else out.movedim(-1, dim).contiguous()
 
 
 def _softmax_bwd(grad: torch.Tensor, output: torch.Tensor, dim: int, log: bool) -> torch.Tensor:
@@ -531,8 +532,9 @@ def _softmax_bwd(grad: torch.Tensor, output: torch.Tensor, dim: int, log: bool) 
     if grad.dim() == 0:
         return _softmax_bwd(grad.reshape(1), output.reshape(1), 0, log).reshape(())
     dim = dim % grad.dim()
-    g = grad.movedim(dim, -1).contiguous()
-    o = output.movedim(dim, -1).contiguous()
+    last = dim == grad.dim() - 1
+    g = grad.contiguous() if last else grad.movedim(dim, -1).contiguous()
+    o = output.contiguous() if last else output.movedim(dim, -1).contiguous()
     res = empty(g.shape, grad.dtype)
     if grad.numel():
         n = g.shape[-1]
@@ -540,25 +542,76 @@ def _softmax_bwd(grad: torch.Tensor, output: torch.Tensor, dim: int, log: bool) 
                                                       as_array(res).reshape(-1, n), log)
     launch("log_softmax_backward" if log else "softmax_backward", 4 * grad.numel(),
            nbytes(grad) + nbytes(output), nbytes(res))
-    return res.movedim(-1, dim).contiguous() if dim != grad.dim() - 1 else res
+    return res if last else res.movedim(-1, dim).contiguous()
 
 
-@register("_softmax")
+def _fast_rows(dim, *tensors) -> tuple[int, int] | None:
+    """(rows, row length) when every tensor is a contiguous float32/float64 npu tensor of one shape and dtype on
+    the current device, not empty, and ``dim`` is the last dimension; None otherwise."""
+    first = tensors[0]
+    if not isinstance(first, torch.Tensor) or first.dtype not in _SUM_FAST:
+        return None
+    nd = first.dim()
+    if not nd or type(dim) is not int or dim not in (-1, nd - 1) or first.get_device() != _current_device():
+        return None
+    shape = first.shape
+    for t in tensors:
+        if t is not first and not (isinstance(t, torch.Tensor) and t.dtype is first.dtype and t.shape == shape
+                                   and t.get_device() == first.get_device()):
+            return None
+        if not t.is_contiguous():
+            return None
+    numel = first.numel()
+    return (numel // shape[-1], shape[-1]) if numel else None
+
+
+def _fast_softmax_impl(self, dim, half_to_float, log: bool) -> torch.Tensor | None:
+    """A model's softmax: over the last dimension of a contiguous float tensor (what :func:`_softmax_impl` does
+    there, with less Python); None for anything else."""
+    rows = None if half_to_float else _fast_rows(dim, self)
+    if rows is None:
+        return None
+    out = _empty(list(self.shape), self.dtype, self.get_device())
+    sized(rk.softmax_rows, self.numel())(as_array(self).reshape(rows), as_array(out).reshape(rows), log)
+    nb = self.numel() * self.element_size()
+    launch("log_softmax" if log else "softmax", 5 * self.numel(), nb, nb)
+    return out
+
+
+def _fast_softmax_bwd(grad_output, output, dim, input_dtype, log: bool) -> torch.Tensor | None:
+    """:func:`_softmax_bwd` over the last dimension of contiguous float tensors; None for anything else."""
+    rows = _fast_rows(dim, grad_output, output) if input_dtype is grad_output.dtype else None
+    if rows is None:
+        return None
+    res = _empty(list(grad_output.shape), grad_output.dtype, grad_output.get_device())
+    sized(rk.softmax_backward_rows, grad_output.numel())(as_array(grad_output).reshape(rows),
+                                                         as_array(output).reshape(rows), as_array(res).reshape(rows),
+                                                         log)
+    nb = grad_output.numel() * grad_output.element_size()
+    launch("log_softmax_backward" if log else "softmax_backward", 4 * grad_output.numel(), 2 * nb, nb)
+    return res
+
+
+@register("_softmax", fast=lambda self, dim, half_to_float: _fast_softmax_impl(self, dim, half_to_float, False))
 def softmax(self, dim, half_to_float):
     return _softmax_impl(self, dim, False)
 
 
-@register("_log_softmax")
+@register("_log_softmax", fast=lambda self, dim, half_to_float: _fast_softmax_impl(self, dim, half_to_float, True))
 def log_softmax(self, dim, half_to_float):
     return _softmax_impl(self, dim, True)
 
 
-@register("_softmax_backward_data")
+@register("_softmax_backward_data",
+          fast=lambda grad_output, output, dim, input_dtype: _fast_softmax_bwd(grad_output, output, dim, input_dtype,
+                                                                              False))
 def softmax_backward(grad_output, output, dim, input_dtype):
     return _softmax_bwd(grad_output, output, dim, False)
 
 
-@register("_log_softmax_backward_data")
+@register("_log_softmax_backward_data",
+          fast=lambda grad_output, output, dim, input_dtype: _fast_softmax_bwd(grad_output, output, dim, input_dtype,
+                                                                              True))
 def log_softmax_backward(grad_output, output, dim, input_dtype):
     return _softmax_bwd(grad_output, output, dim, True)
 

@@ -54,7 +54,7 @@ def _with_out(fn, *outs: str):
 def _planes(t: torch.Tensor, nd: int) -> np.ndarray:
     """The last ``nd`` dims of ``t`` as contiguous (P, D, H, W) planes (size-1 dims added in front)."""
     a = as_array(t.contiguous())
-    lead = int(np.prod(t.shape[:-nd])) if t.dim() > nd else 1
+    lead = math.prod(t.shape[:-nd]) if t.dim() > nd else 1
     return a.reshape(lead, *(1,) * (3 - nd), *t.shape[t.dim() - nd:])
 
 
@@ -202,7 +202,7 @@ def _upsample_check(name: str, osize, isize, nd: int, forward_input: torch.Tenso
         fmt = ", ".join(f"{lab}: {v}" for lab, v in zip(labels, ins))
         fmt_o = ", ".join(f"{lab}: {v}" for lab, v in zip(labels, outs))
         raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({fmt}) output ({fmt_o})")
-    if forward_input is not None and forward_input.numel() == 0 and int(np.prod(forward_input.shape[1:])) == 0:
+    if forward_input is not None and forward_input.numel() == 0 and math.prod(forward_input.shape[1:]) == 0:
         raise RuntimeError(f"Non-empty {nd + 2}D data tensor expected but got a tensor with sizes "
                            f"{list(forward_input.shape)}")
 
@@ -238,7 +238,7 @@ def _interpolate(self: torch.Tensor, osize, nd: int, tables: list, name: str) ->
         o = as_array(out).reshape(x.shape[0], *(1,) * (3 - nd), *osize)
         full = _pad_tables(tables, nd, weighted)
         if weighted:
-            taps = int(np.prod([t[0].shape[1] for t in full]))
+            taps = math.prod([t[0].shape[1] for t in full])
             args = [np.ascontiguousarray(a) for pair in full for a in pair]
             sized(sk.interp, out.numel() * taps)(x, *args, o)
         else:
@@ -719,7 +719,7 @@ def _cdist_batches(x1: torch.Tensor, x2: torch.Tensor):
     batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
     e1 = x1.expand(*batch, *x1.shape[-2:])
     e2 = x2.expand(*batch, *x2.shape[-2:])
-    b = int(np.prod(batch)) if batch else 1
+    b = math.prod(batch) if batch else 1
     a1 = as_array(e1.contiguous()).reshape(b, *x1.shape[-2:])
     a2 = as_array(e2.contiguous()).reshape(b, *x2.shape[-2:])
     return a1, a2, tuple(batch)
