@@ -170,3 +170,40 @@ def test_the_split_keeps_every_thread_busy_on_large_products_only():
     units, splits = plan(getter, 1, 1024, 1024, 1024)
     assert units == splits == min(threads, 1024 // 16)
     assert plan(getter, threads, 512, 512, 512) == (threads, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_lstm_cell_fast_paths_match_the_kernels(dtype, bias):
+    """The LSTM cell's fast paths (what nn.LSTM's steps call) give the kernels' bits and launch what they launch
+    (names, FLOPs, bytes read and written); anything they do not take goes back to the kernels."""
+    from npu_lab.ops import recurrent
+
+    torch.manual_seed(0)
+    rows, hidden = 5, 12
+    ig, hg = (torch.randn(rows, 4 * hidden, dtype=dtype).npu() for _ in range(2))
+    cx = torch.randn(rows, hidden, dtype=dtype).npu()
+    biases = tuple(torch.randn(4 * hidden, dtype=dtype).npu() for _ in range(2)) if bias else (None, None)
+
+    def launches(fn, *args):
+        with npu_lab.profile() as prof:
+            out = fn(*args)
+        return out, [(k.name, k.flops, k.bytes_read, k.bytes_written) for k in prof.kernels]
+
+    fast, fast_k = launches(recurrent._fast_lstm_cell, ig, hg, cx, *biases)
+    slow, slow_k = launches(recurrent.fused_lstm_cell, ig, hg, cx, *biases)
+    assert fast_k == slow_k and len(fast_k) == 1
+    for a, b in zip(fast, slow):
+        assert torch.equal(a.cpu(), b.cpu())
+    hy, cy, ws = slow
+    g_hy, g_cy = torch.randn_like(hy), torch.randn_like(cy)
+    fast, fast_k = launches(recurrent._fast_lstm_cell_backward, g_hy, g_cy, cx, cy, ws, False)
+    slow, slow_k = launches(recurrent.fused_lstm_cell_backward, g_hy, g_cy, cx, cy, ws, False)
+    assert fast_k == slow_k and len(fast_k) == 1
+    assert torch.equal(fast[0].cpu(), slow[0].cpu()) and torch.equal(fast[1].cpu(), slow[1].cpu())
+    assert fast[2] is None and slow[2] is None
+    # what the fast paths leave to the kernels: a transposed gate matrix, one bias, a bias gradient, CPU tensors
+    assert recurrent._fast_lstm_cell(ig.t().contiguous().t(), hg, cx, *biases) is None
+    assert recurrent._fast_lstm_cell(ig, hg, cx, biases[0], None) is None or not bias
+    assert recurrent._fast_lstm_cell_backward(g_hy, g_cy, cx, cy, ws, True) is None
+    assert recurrent._fast_lstm_cell(ig.cpu(), hg.cpu(), cx.cpu(), None, None) is None

@@ -21,39 +21,50 @@ _opts = dict(cache=True, nogil=True, error_model="numpy")
 @numba.njit(parallel=True, **_opts)
 def lstm_forward(ig, hg, cx, bias_i, bias_h, one, hy, cy, ws):
     """``ig, hg``: (B, 4H) gate products, ``bias_i, bias_h`` (4H,) their biases (zeros for none),
-    ``one`` 1 in the compute dtype; writes hy, cy (B, H) and the activated gates ``ws`` (B, 4H)."""
+    ``one`` 1 in the compute dtype; writes hy, cy (B, H) and the activated gates ``ws`` (B, 4H).
+
+    Each row is a few short loops over contiguous row slices rather than one loop over everything: a
+    loop that touches nine arrays is one LLVM will not vectorise (it gives up checking that they do not
+    overlap), and these loops are mostly ``exp``/``tanh``, which vectorise well."""
     rows, h = cx.shape
     for b in prange(rows):
+        igr, hgr, wsr = ig[b], hg[b], ws[b]
+        for j in range(2 * h):  # the input and forget gates
+            wsr[j] = fast_sigmoid(igr[j] + hgr[j] + (bias_i[j] + bias_h[j]))
+        for j in range(2 * h, 3 * h):  # the cell gate
+            wsr[j] = fast_tanh(igr[j] + hgr[j] + (bias_i[j] + bias_h[j]))
+        for j in range(3 * h, 4 * h):  # the output gate
+            wsr[j] = fast_sigmoid(igr[j] + hgr[j] + (bias_i[j] + bias_h[j]))
+        cxr, cyr, hyr = cx[b], cy[b], hy[b]
         for j in range(h):
-            i = fast_sigmoid(ig[b, j] + hg[b, j] + (bias_i[j] + bias_h[j]))
-            f = fast_sigmoid(ig[b, h + j] + hg[b, h + j] + (bias_i[h + j] + bias_h[h + j]))
-            g = fast_tanh(ig[b, 2 * h + j] + hg[b, 2 * h + j] + (bias_i[2 * h + j] + bias_h[2 * h + j]))
-            o = fast_sigmoid(ig[b, 3 * h + j] + hg[b, 3 * h + j] + (bias_i[3 * h + j] + bias_h[3 * h + j]))
-            ws[b, j] = i
-            ws[b, h + j] = f
-            ws[b, 2 * h + j] = g
-            ws[b, 3 * h + j] = o
-            c = f * cx[b, j] + i * g
-            cy[b, j] = c
-            hy[b, j] = o * fast_tanh(c)
+            c = wsr[h + j] * cxr[j] + wsr[j] * wsr[2 * h + j]
+            cyr[j] = c
+            hyr[j] = wsr[3 * h + j] * fast_tanh(c)
 
 
 @numba.njit(parallel=True, **_opts)
 def lstm_backward(ghy, gcy, cx, cy, ws, one, grad_gates, grad_cx):
     """Gradients of the gate pre-activations (B, 4H) and of cx (B, H) from the saved gates; a missing
-    ``ghy``/``gcy`` is passed as zeros."""
+    ``ghy``/``gcy`` is passed as zeros. (Short loops over row slices, as :func:`lstm_forward`.)"""
     rows, h = cx.shape
     for b in prange(rows):
+        wsr, gg, gcx = ws[b], grad_gates[b], grad_cx[b]
+        ghr, gcr, cyr = ghy[b], gcy[b], cy[b]
+        for j in range(h):  # the cell state's gradient (kept in grad_cx for now) and the output gate's
+            o = wsr[3 * h + j]
+            t = fast_tanh(cyr[j])
+            gh = ghr[j]
+            gcx[j] = gcr[j] + gh * o * (one - t * t)
+            gg[3 * h + j] = gh * t * o * (one - o)
+        cxr = cx[b]
         for j in range(h):
-            i, f, g, o = ws[b, j], ws[b, h + j], ws[b, 2 * h + j], ws[b, 3 * h + j]
-            t = fast_tanh(cy[b, j])
-            gh = ghy[b, j]
-            gc = gcy[b, j] + gh * o * (one - t * t)
-            grad_gates[b, j] = gc * g * i * (one - i)
-            grad_gates[b, h + j] = gc * cx[b, j] * f * (one - f)
-            grad_gates[b, 2 * h + j] = gc * i * (one - g * g)
-            grad_gates[b, 3 * h + j] = gh * t * o * (one - o)
-            grad_cx[b, j] = gc * f
+            i, f, g = wsr[j], wsr[h + j], wsr[2 * h + j]
+            gc = gcx[j]
+            gg[j] = gc * g * i * (one - i)
+            gg[h + j] = gc * cxr[j] * f * (one - f)
+            gg[2 * h + j] = gc * i * (one - g * g)
+        for j in range(h):
+            gcx[j] = gcx[j] * wsr[h + j]
 
 
 @numba.njit(parallel=True, **_opts)
@@ -70,40 +81,42 @@ def column_sums(x, out):
 @numba.njit(parallel=True, **_opts)
 def gru_forward(ig, hg, hx, bias_i, bias_h, one, hy, ws):
     """``ig, hg``: (B, 3H) gate products, biases (3H,) (zeros for none); writes hy (B, H) and the
-    workspace (B, 5H): r, z, n, hx, hn."""
+    workspace (B, 5H): r, z, n, hx, hn. (Short loops over row slices, as :func:`lstm_forward`.)"""
     rows, h = hx.shape
     for b in prange(rows):
+        igr, hgr, wsr = ig[b], hg[b], ws[b]
+        for j in range(2 * h):  # the reset and update gates
+            wsr[j] = fast_sigmoid(igr[j] + bias_i[j] + (hgr[j] + bias_h[j]))
         for j in range(h):
-            r = fast_sigmoid(ig[b, j] + bias_i[j] + (hg[b, j] + bias_h[j]))
-            z = fast_sigmoid(ig[b, h + j] + bias_i[h + j] + (hg[b, h + j] + bias_h[h + j]))
-            hn = hg[b, 2 * h + j] + bias_h[2 * h + j]
-            n = fast_tanh(ig[b, 2 * h + j] + bias_i[2 * h + j] + r * hn)
-            x = hx[b, j]
-            ws[b, j] = r
-            ws[b, h + j] = z
-            ws[b, 2 * h + j] = n
-            ws[b, 3 * h + j] = x
-            ws[b, 4 * h + j] = hn
-            hy[b, j] = n + z * (x - n)
+            wsr[4 * h + j] = hgr[2 * h + j] + bias_h[2 * h + j]
+        for j in range(h):  # the new gate
+            wsr[2 * h + j] = fast_tanh(igr[2 * h + j] + bias_i[2 * h + j] + wsr[j] * wsr[4 * h + j])
+        hxr, hyr = hx[b], hy[b]
+        for j in range(h):
+            x = hxr[j]
+            n = wsr[2 * h + j]
+            wsr[3 * h + j] = x
+            hyr[j] = n + wsr[h + j] * (x - n)
 
 
 @numba.njit(parallel=True, **_opts)
 def gru_backward(ghy, ws, one, grad_ig, grad_hg, grad_hx):
-    """Gradients of the input gates, hidden gates (B, 3H) and hx (B, H) from the workspace."""
+    """Gradients of the input gates, hidden gates (B, 3H) and hx (B, H) from the workspace. (Short loops
+    over row slices, as :func:`lstm_forward`.)"""
     rows, h = ghy.shape
     for b in prange(rows):
+        wsr, ghr, gi, ghg, ghx = ws[b], ghy[b], grad_ig[b], grad_hg[b], grad_hx[b]
         for j in range(h):
-            r, z, n = ws[b, j], ws[b, h + j], ws[b, 2 * h + j]
-            hx, hn = ws[b, 3 * h + j], ws[b, 4 * h + j]
-            gh = ghy[b, j]
-            gn = gh * (one - z)
-            gz = gh * (hx - n) * z * (one - z)
-            gin = gn * (one - n * n)
-            gr = gin * hn * r * (one - r)
-            grad_ig[b, j] = gr
-            grad_ig[b, h + j] = gz
-            grad_ig[b, 2 * h + j] = gin
-            grad_hg[b, j] = gr
-            grad_hg[b, h + j] = gz
-            grad_hg[b, 2 * h + j] = gin * r
-            grad_hx[b, j] = gh * z
+            z, n, hx = wsr[h + j], wsr[2 * h + j], wsr[3 * h + j]
+            gh = ghr[j]
+            gi[h + j] = gh * (hx - n) * z * (one - z)
+            gi[2 * h + j] = gh * (one - z) * (one - n * n)
+            ghx[j] = gh * z
+        for j in range(h):
+            r, hn = wsr[j], wsr[4 * h + j]
+            gin = gi[2 * h + j]
+            gi[j] = gin * hn * r * (one - r)
+            ghg[2 * h + j] = gin * r
+        for j in range(h):
+            ghg[j] = gi[j]
+            ghg[h + j] = gi[h + j]

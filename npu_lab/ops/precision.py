@@ -174,8 +174,15 @@ def _byte_scale(args: tuple, kwargs: dict) -> float:
 _WRITES_UNANNOTATED = {"native_batch_norm": ("running_mean", "running_var")}
 
 
+#: Operators that read only their arguments' metadata (shapes, dtypes, devices) and compute nothing: they see
+#: the arguments as given. ``_fused_sdp_choice`` must see a float16 query as float16 (it sends those the math way).
+_METADATA_ONLY = {"aten::_fused_sdp_choice"}
+
+
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
+    if qualified in _METADATA_ONLY:
+        return fn
     schema = _schema(qualified)
     overload = _overload(qualified)
     same_dtype = overload is not None and qualified.split("::")[-1].split(".")[0].rstrip("_") in _SAME_DTYPE

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..device import native
 from ..kernels import recurrent as rk
 from ..kernels.threads import sized
 from .common import as_array, check_same_device, empty, launch, nbytes
@@ -96,7 +97,85 @@ def _column_sums(grad: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     return out
 
 
-@register("_thnn_fused_lstm_cell")
+_current_device = native.load().current_device
+_empty = native.load().empty
+_FAST_DTYPES = (torch.float32, torch.float64)
+#: read-only zero biases per (width, dtype), for cells without biases
+_ZEROS: dict[tuple[int, np.dtype], np.ndarray] = {}
+
+
+def _zeros(width: int, dtype: np.dtype) -> np.ndarray:
+    z = _ZEROS.get((width, dtype))
+    if z is None:
+        z = _ZEROS[(width, dtype)] = np.zeros(width, dtype)
+        z.flags.writeable = False
+    return z
+
+
+def _plain(dtype: torch.dtype, dev: int, *tensors: torch.Tensor | None) -> bool:
+    """Every tensor given is a contiguous ``dtype`` tensor on npu ``dev`` (None is allowed)."""
+    for t in tensors:
+        if t is not None and not (isinstance(t, torch.Tensor) and t.dtype is dtype and t.get_device() == dev
+                                  and t.is_contiguous()):
+            return False
+    return True
+
+
+def _fast_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """The cell of an ``nn.LSTM`` step (contiguous float tensors of one dtype on the current device, the shapes
+    CUDA's checks accept, both biases or neither): the kernel's work with less Python; None for anything else."""
+    if not isinstance(input_gates, torch.Tensor) or input_gates.dtype not in _FAST_DTYPES:
+        return None
+    dtype, dev = input_gates.dtype, input_gates.get_device()
+    if dev != _current_device() or not _plain(dtype, dev, hidden_gates, cx, input_bias, hidden_bias, input_gates):
+        return None
+    if input_gates.dim() != 2 or hidden_gates.shape != input_gates.shape or cx.dim() != 2:
+        return None
+    rows, width = input_gates.shape
+    hidden = width // 4
+    if width % 4 or tuple(cx.shape) != (rows, hidden) or (input_bias is None) != (hidden_bias is None):
+        return None
+    if input_bias is not None and (tuple(input_bias.shape) != (width,) or tuple(hidden_bias.shape) != (width,)):
+        return None
+    ig = as_array(input_gates)
+    if input_bias is None:
+        bias_i = bias_h = _zeros(width, ig.dtype)
+    else:
+        bias_i, bias_h = as_array(input_bias), as_array(hidden_bias)
+    hy, cy, workspace = _empty([rows, hidden], dtype, dev), _empty([rows, hidden], dtype, dev), \
+        _empty([rows, width], dtype, dev)
+    sized(rk.lstm_forward, rows * width)(ig, as_array(hidden_gates), as_array(cx), bias_i, bias_h,
+                                         ig.dtype.type(1), as_array(hy), as_array(cy), as_array(workspace))
+    size = ig.itemsize
+    read = (2 * rows * width + rows * hidden + (0 if input_bias is None else 2 * width)) * size
+    launch("fused_lstm_cell", 30 * rows * hidden, read, (2 * rows * hidden + rows * width) * size)
+    return hy, cy, workspace
+
+
+def _fast_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    """The cell's backward inside ``nn.LSTM``'s backward (both gradients given, no bias gradient, contiguous
+    float tensors of one dtype on the current device); None for anything else."""
+    if has_bias or grad_hy is None or grad_cy is None or not isinstance(workspace, torch.Tensor) \
+            or workspace.dtype not in _FAST_DTYPES or workspace.dim() != 2:
+        return None
+    dtype, dev = workspace.dtype, workspace.get_device()
+    rows, width = workspace.shape
+    hidden = width // 4
+    if width % 4 or dev != _current_device() or not _plain(dtype, dev, grad_hy, grad_cy, cx, cy, workspace):
+        return None
+    if any(tuple(t.shape) != (rows, hidden) for t in (grad_hy, grad_cy, cx, cy)):
+        return None
+    grad_gates, grad_cx = _empty([rows, width], dtype, dev), _empty([rows, hidden], dtype, dev)
+    ws = as_array(workspace)
+    sized(rk.lstm_backward, rows * width)(as_array(grad_hy), as_array(grad_cy), as_array(cx), as_array(cy), ws,
+                                          ws.dtype.type(1), as_array(grad_gates), as_array(grad_cx))
+    size = ws.itemsize
+    launch("fused_lstm_cell_backward", 20 * rows * hidden, (4 * rows * hidden + rows * width) * size,
+           (rows * width + rows * hidden) * size)
+    return grad_gates, grad_cx, None
+
+
+@register("_thnn_fused_lstm_cell", fast=_fast_lstm_cell)
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     """Gates i, f, g, o (in that order along dim 1); ``cy = f*cx + i*g``, ``hy = o*tanh(cy)``."""
     op = "_thnn_fused_lstm_cell"
@@ -106,7 +185,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     hy, cy, workspace = empty(cx.shape, cx.dtype), empty(cx.shape, cx.dtype), empty((rows, width), cx.dtype)
     ig = _matrix(input_gates, rows, width)
     bias_i, bias_h, has_bias = _biases(input_bias, hidden_bias, ig)
-    rk.lstm_forward(
+    sized(rk.lstm_forward, rows * width)(
         ig, _matrix(hidden_gates, rows, width), _matrix(cx, rows, hidden), bias_i, bias_h, ig.dtype.type(1),
         as_array(hy).reshape(rows, hidden), as_array(cy).reshape(rows, hidden), as_array(workspace))
     read = nbytes(input_gates) + nbytes(hidden_gates) + nbytes(cx)
@@ -115,7 +194,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     return hy, cy, workspace
 
 
-@register("_thnn_fused_lstm_cell_backward_impl")
+@register("_thnn_fused_lstm_cell_backward_impl", fast=_fast_lstm_cell_backward)
 def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     """(grad of the gate pre-activations, grad of cx, grad of the bias) from the saved gates."""
     op = "_thnn_fused_lstm_cell_backward_impl"
@@ -127,7 +206,7 @@ def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     grad_gates, grad_cx = empty((rows, width), dtype), empty(cx.shape, dtype)
     ws = as_array(workspace.contiguous())
     zeros = np.zeros((rows, hidden), ws.dtype) if grad_hy is None or grad_cy is None else None
-    rk.lstm_backward(
+    sized(rk.lstm_backward, rows * width)(
         zeros if grad_hy is None else _matrix(grad_hy, rows, hidden),
         zeros if grad_cy is None else _matrix(grad_cy, rows, hidden),
         _matrix(cx, rows, hidden), _matrix(cy, rows, hidden), ws, ws.dtype.type(1), as_array(grad_gates),
@@ -148,7 +227,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     hy, workspace = empty(hx.shape, hx.dtype), empty((rows, 5 * hidden), hx.dtype)
     ig = _matrix(input_gates, rows, width)
     bias_i, bias_h, has_bias = _biases(input_bias, hidden_bias, ig)
-    rk.gru_forward(
+    sized(rk.gru_forward, rows * width)(
         ig, _matrix(hidden_gates, rows, width), _matrix(hx, rows, hidden), bias_i, bias_h, ig.dtype.type(1),
         as_array(hy).reshape(rows, hidden), as_array(workspace))
     read = nbytes(input_gates) + nbytes(hidden_gates) + nbytes(hx)
@@ -166,7 +245,7 @@ def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     grad_ig, grad_hg = empty((rows, 3 * hidden), dtype), empty((rows, 3 * hidden), dtype)
     grad_hx = empty(grad_hy.shape, dtype)
     ws = as_array(workspace.contiguous())
-    rk.gru_backward(
+    sized(rk.gru_backward, rows * 3 * hidden)(
         _matrix(grad_hy, rows, hidden), ws, ws.dtype.type(1), as_array(grad_ig), as_array(grad_hg),
         as_array(grad_hx).reshape(rows, hidden))
     launch("fused_gru_cell_backward", 15 * rows * hidden, nbytes(grad_hy) + nbytes(workspace),

@@ -123,7 +123,9 @@ _DISPATCHED = {lstm: _Steps(_aten.mm.default, _aten.add.Tensor, *(getattr(_aten,
 def _with_fast(qualified: str, dispatched: Callable) -> Callable:
     """``dispatched`` behind its kernel's fast path: the fast path's result, or the dispatcher's for a call the
     fast path does not take."""
-    fast = FAST[qualified]
+    fast = FAST.get(qualified)
+    if fast is None:
+        return dispatched
 
     def call(*args: object) -> torch.Tensor:
         out = fast(*args)
@@ -148,7 +150,7 @@ def _steps(spec: _Spec, device: torch.device) -> _Steps:
             name in CLAIMED for name in ("aten::mm", "aten::add.Tensor", cell, backward)):
         return dispatched
     return _Steps(_with_fast("aten::mm", dispatched.mm), _with_fast("aten::add.Tensor", dispatched.add),
-                  CLAIMED[cell], CLAIMED[backward])
+                  _with_fast(cell, CLAIMED[cell]), _with_fast(backward, CLAIMED[backward]))
 
 
 class _Saved(NamedTuple):
