@@ -149,7 +149,8 @@ def test_a_convolution_reuses_its_workspace():
 
 
 @pytest.mark.skipif(blas.backend() != "torch", reason="the split is PyTorch's BLAS's")
-@pytest.mark.parametrize("m,k,n", [(300, 200, 100), (1, 700, 900), (513, 17, 3), (64, 64, 2), (2, 3, 4)])
+@pytest.mark.parametrize("m,k,n", [(300, 200, 100), (1, 700, 900), (513, 17, 3), (64, 64, 2), (2, 3, 4),
+                                   (16, 128, 512), (17, 300, 1000), (3, 2000, 700)])
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_products_cut_into_column_blocks_match_the_cpu(m, k, n, layout):
     torch.manual_seed(0)
@@ -166,10 +167,12 @@ def test_the_split_keeps_every_thread_busy_on_large_products_only():
     if not getter:
         pytest.skip("no thread-count getter")
     threads = numba.get_num_threads()
-    assert plan(getter, 1, 8, 8, 8) == (1, 1)
-    units, splits = plan(getter, 1, 1024, 1024, 1024)
-    assert units == splits == min(threads, 1024 // 16)
-    assert plan(getter, threads, 512, 512, 512) == (threads, 1)
+    assert plan(getter, 1, 8, 8, 8) == (1, 1, False)
+    units, splits, by_rows = plan(getter, 1, 1024, 1024, 1024)
+    assert units == splits == min(threads, 1024 // 16) and not by_rows
+    assert plan(getter, threads, 512, 512, 512) == (threads, 1, False)
+    if threads > 1:  # an RNN step's product: 512 column-major rows, 16 columns: blocks of rows
+        assert plan(getter, 1, 512, 16, 128) == (min(threads, 32), min(threads, 32), True)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -13,8 +13,8 @@ Which BLAS:
   x86-64), called from compiled code as :mod:`npu_lab.kernels.linalg_decomp`
   calls LAPACK. It is the routine PyTorch's CPU ``mm`` runs, so the npu's
   products run at PyTorch's CPU speed on every machine. It runs on numba's threads
-  (:func:`_gemm_units`): a large product is cut into blocks of columns, one per
-  thread, and each thread calls the library with a thread count of one
+  (:func:`_gemm_units`): a large product is cut into blocks of columns (of rows
+  when it has too few columns), one per thread, and each thread calls the library with a thread count of one
   (``mkl_set_num_threads_local``, for that thread only and put back after). The
   library then never starts an OpenMP team of its own beside numba's: two teams
   whose idle threads spin take the cores from each other, and on a 2-core machine
@@ -119,18 +119,25 @@ PARALLEL_MIN_MACS = 1 << 18
 
 
 @numba.njit(parallel=True, **_opts)
-def _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, sa, lda, b, sb, ldb, c, s_c, size, one, zero):
+def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa, lda, b, sb, ldb, c, s_c, size, one,
+                zero):
     """``units`` column-major products ``C = op(A) op(B)`` on numba's threads: matrix ``u // splits`` of a
-    batch (address strides ``sa, sb, s_c`` in bytes), its columns cut into ``splits`` blocks, block
-    ``u % splits``. Each runs ``?gemm`` with one thread (the library's setting for that thread, put back
-    after), so the library never starts an OpenMP team of its own next to numba's."""
+    batch (address strides ``sa, sb, s_c`` in bytes), cut into ``splits`` blocks of columns (of rows when
+    ``by_rows``: a product with few columns), block ``u % splits``. Each runs ``?gemm`` with one thread (the
+    library's setting for that thread, put back after), so the library never starts an OpenMP team of its
+    own next to numba's."""
     for u in prange(units):
         p = u // splits
         part = u % splits
-        j0 = n * part // splits
-        j1 = n * (part + 1) // splits
+        i0, i1, j0, j1 = 0, m, 0, n
+        if by_rows:
+            i0 = m * part // splits
+            i1 = m * (part + 1) // splits
+        else:
+            j0 = n * part // splits
+            j1 = n * (part + 1) // splits
         iv = np.empty(6, np.int32)
-        iv[0] = m
+        iv[0] = i1 - i0
         iv[1] = j1 - j0
         iv[2] = k
         iv[3] = lda
@@ -141,15 +148,17 @@ def _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, sa, lda, b, 
         ch[1] = tb
         sc = np.full(2, one)
         sc[1] = zero
+        # row i of op(A): one element further along when A is not transposed, lda when it is;
         # column j of op(B): ldb elements further along when B is not transposed, one when it is
+        pa = a + p * sa + i0 * (1 if ta == _N else lda) * size
         pb = b + p * sb + j0 * (ldb if tb == _N else 1) * size
-        pc = c + p * s_c + j0 * m * size
-        if j1 > j0:
+        pc = c + p * s_c + (j0 * m + i0) * size
+        if j1 > j0 and i1 > i0:
             before = 0
             if set_threads != 0:
                 before = _call_int(set_threads, (np.int64(1),))
             linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
-                                     iv[2:].ctypes.data, sc[0:].ctypes.data, a + p * sa, iv[3:].ctypes.data,
+                                     iv[2:].ctypes.data, sc[0:].ctypes.data, pa, iv[3:].ctypes.data,
                                      pb, iv[4:].ctypes.data, sc[1:].ctypes.data, pc, iv[5:].ctypes.data))
             if set_threads != 0:
                 _call_int(set_threads, (before,))
@@ -157,12 +166,19 @@ def _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, sa, lda, b, 
 
 @numba.njit(**_opts)
 def _plan(get_threads, batch, m, n, k):
-    """(units, splits) for :func:`_gemm_units`: every thread busy on a large product, one unit on a small one."""
+    """(units, splits, by_rows) for :func:`_gemm_units`: every thread busy on a large product, one unit on a
+    small one. Blocks are of columns, or of rows when the product has too few columns to share out (an RNN
+    step's ``h @ W^T`` is a 512 x 16 column-major product)."""
     threads = _call_int(get_threads, ()) if get_threads != 0 else 1
     if threads <= 1 or batch * m * n * k < PARALLEL_MIN_MACS:
-        return batch, 1
-    splits = 1 if batch >= threads else min(max(1, n // 16), (threads + batch - 1) // batch)
-    return batch * splits, splits
+        return batch, 1, False
+    if batch >= threads:
+        return batch, 1, False
+    wanted = (threads + batch - 1) // batch
+    if n // 16 >= min(wanted, m // 16):
+        return batch * min(max(1, n // 16), wanted), min(max(1, n // 16), wanted), False
+    splits = min(max(1, m // 16), wanted)
+    return batch * splits, splits, splits > 1
 
 
 @numba.njit(**_opts)
@@ -174,17 +190,17 @@ def _gemm(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, one,
     sa = a.strides[0] if a.ndim == 3 else 0
     sb = b.strides[0] if b.ndim == 3 else 0
     s_c = c.strides[0] if c.ndim == 3 else 0
-    units, splits = _plan(get_threads, batch, m, n, k)
-    _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a.ctypes.data, sa, lda, b.ctypes.data, sb, ldb,
-                c.ctypes.data, s_c, c.itemsize, one, zero)
+    units, splits, by_rows = _plan(get_threads, batch, m, n, k)
+    _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a.ctypes.data, sa, lda, b.ctypes.data, sb,
+                ldb, c.ctypes.data, s_c, c.itemsize, one, zero)
 
 
 @numba.njit(**_opts)
 def _gemm_addresses(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, size, one, zero):
     """:func:`_gemm` for one product of operands given by address (the tensors' ``data_ptr()``, ``size`` bytes
     per element)."""
-    units, splits = _plan(get_threads, 1, m, n, k)
-    _gemm_units(fn, set_threads, units, splits, ta, tb, m, n, k, a, 0, lda, b, 0, ldb, c, 0, size, one, zero)
+    units, splits, by_rows = _plan(get_threads, 1, m, n, k)
+    _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, 0, lda, b, 0, ldb, c, 0, size, one, zero)
 
 
 

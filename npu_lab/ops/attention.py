@@ -4,10 +4,14 @@
 (``aten::_fused_sdp_choice``; PyTorch 2.13 asks through a C++ dispatch stub,
 which ``csrc/aten/NpuAttention.cpp`` forwards to this operator). The NPU answers
 ``OVERRIDEABLE`` when its fused kernel can handle the call (no dropout, same
-number of query and key heads, float32 or float64) and ``sdpa_kernel()``
-allows it, and ``MATH`` otherwise, in which case PyTorch composes attention
-from matmul, softmax and friends, which the NPU also runs. The fused kernel is registered
-as ``aten::_scaled_dot_product_fused_attention_overrideable`` (+ backward), the
+number of query and key heads, floating point: float16 and bfloat16 are
+computed in float32 inside the kernel) and ``sdpa_kernel()`` allows it, and
+``MATH`` otherwise, in which case PyTorch composes attention from matmul,
+softmax and friends, which the NPU also runs. The C++ stub keeps float16 and
+bfloat16 attention on that math path, so that it rounds every step to 16 bits
+as the CPU does; the fused kernel still takes them when called directly. The
+fused kernel is registered as
+``aten::_scaled_dot_product_fused_attention_overrideable`` (+ backward), the
 slot PyTorch keeps for out-of-tree accelerators.
 """
 
@@ -33,9 +37,7 @@ def _fusable(query, key, value, attn_mask, dropout_p, enable_gqa) -> bool:
         return False
     if query.shape[:-2] != key.shape[:-2] or key.shape[:-2] != value.shape[:-2]:
         return False  # grouped-query attention and broadcasting go the math way
-    if query.dtype not in (torch.float32, torch.float64):
-        # float16/bfloat16: the fused kernel would compute in float32 (as every npu kernel does), more precisely
-        # than, and so differently from, PyTorch's math path, which rounds each step to 16 bits on the CPU
+    if query.dtype not in (torch.float32, torch.float64):  # (float16/bfloat16 arrive as their float32 stand-ins)
         return False
     return attn_mask is None or attn_mask.device.type == "npu"
 

@@ -172,17 +172,13 @@ def _byte_scale(args: tuple, kwargs: dict) -> float:
 #: Operators that update arguments their schema does not mark as written (``Tensor?`` without ``(a!)``):
 #: ``native_batch_norm`` updates its running statistics in place (checked on torch 2.13).
 _WRITES_UNANNOTATED = {"native_batch_norm": ("running_mean", "running_var")}
-
-
-#: Operators that read only their arguments' metadata (shapes, dtypes, devices) and compute nothing: they see
-#: the arguments as given. ``_fused_sdp_choice`` must see a float16 query as float16 (it sends those the math way).
-_METADATA_ONLY = {"aten::_fused_sdp_choice"}
+#: Results that are float32 whatever the inputs' precision (by position in the operator's returns): a fused
+#: attention's log-sum-exp, which its backward reads (rounded to 16 bits, its gradients were off by up to 0.2).
+_FLOAT32_RESULTS = {"_scaled_dot_product_fused_attention_overrideable": (1,)}
 
 
 def in_float32(qualified: str, fn: Callable) -> Callable:
     """``fn`` made to take float16/bfloat16 arguments by computing in float32 (see the module docstring)."""
-    if qualified in _METADATA_ONLY:
-        return fn
     schema = _schema(qualified)
     overload = _overload(qualified)
     same_dtype = overload is not None and qualified.split("::")[-1].split(".")[0].rstrip("_") in _SAME_DTYPE
@@ -190,6 +186,7 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
     written = []  # (position, name) of the arguments the operator writes
     explicit_dtype = False
     unannotated = _WRITES_UNANNOTATED.get(qualified.split("::")[-1], ())
+    float32_results = _FLOAT32_RESULTS.get(qualified.split("::")[-1], ())
     if schema is not None:
         for i, arg in enumerate(schema.arguments):
             if arg.alias_info is not None and arg.alias_info.is_write or arg.name in unannotated:
@@ -252,6 +249,8 @@ def in_float32(qualified: str, fn: Callable) -> Callable:
                 return type(x)(back(t) for t in x)
             return x
 
+        if float32_results and type(result) is tuple:
+            return tuple(r if i in float32_results else back(r) for i, r in enumerate(result))
         return back(result)
 
     wrapped = functools.wraps(fn)(kernel)  # profilers and the dispatch inspector name the kernel, not this wrapper

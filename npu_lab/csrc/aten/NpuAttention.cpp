@@ -22,6 +22,12 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (!op.hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
     return static_cast<int64_t>(sdp::SDPBackend::math);
   }
+  // 16-bit attention stays on the math path, whose every step rounds to 16 bits as the CPU's does. The fused
+  // kernel computes 16-bit inputs in float32 inside (the operator says it can take them, and torch_openreg's
+  // tests ask it so), which is more precise than, and so different from, the CPU's answer.
+  if (query.scalar_type() == at::kHalf || query.scalar_type() == at::kBFloat16) {
+    return static_cast<int64_t>(sdp::SDPBackend::math);
+  }
   // Straight to the NPU's kernel: the stub is also asked while tracing with fake npu tensors, and a full
   // dispatch there would come back to the meta kernel, which asks this stub again.
   return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), query, key,
