@@ -118,6 +118,28 @@ def _call_int(typingctx, fn, args):  # noqa: ANN001, ARG001 - numba's intrinsic 
 PARALLEL_MIN_MACS = 1 << 18
 
 
+@numba.njit(**_opts)
+def call_gemm(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, alpha, beta):
+    """Column-major ``C = alpha op(A) op(B) + beta C`` (``m x n``, inner ``k``) with the Fortran ``?gemm`` at
+    address ``fn``; ``a``, ``b``, ``c`` are addresses. Row-major ``C = A B`` is column-major ``C^T = B^T A^T``:
+    the callers pass their operands in that swapped order."""
+    iv = np.empty(6, np.int32)
+    iv[0] = m
+    iv[1] = n
+    iv[2] = k
+    iv[3] = lda
+    iv[4] = ldb
+    iv[5] = ldc
+    ch = np.empty(2, np.uint8)
+    ch[0] = ta
+    ch[1] = tb
+    sc = np.full(2, alpha)
+    sc[1] = beta
+    linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
+                             iv[2:].ctypes.data, sc[0:].ctypes.data, a, iv[3:].ctypes.data, b, iv[4:].ctypes.data,
+                             sc[1:].ctypes.data, c, iv[5:].ctypes.data))
+
+
 @numba.njit(parallel=True, **_opts)
 def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa, lda, b, sb, ldb, c, s_c, size, one,
                 zero):
@@ -136,18 +158,6 @@ def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa,
         else:
             j0 = n * part // splits
             j1 = n * (part + 1) // splits
-        iv = np.empty(6, np.int32)
-        iv[0] = i1 - i0
-        iv[1] = j1 - j0
-        iv[2] = k
-        iv[3] = lda
-        iv[4] = ldb
-        iv[5] = m
-        ch = np.empty(2, np.uint8)
-        ch[0] = ta
-        ch[1] = tb
-        sc = np.full(2, one)
-        sc[1] = zero
         # row i of op(A): one element further along when A is not transposed, lda when it is;
         # column j of op(B): ldb elements further along when B is not transposed, one when it is
         pa = a + p * sa + i0 * (1 if ta == _N else lda) * size
@@ -157,9 +167,7 @@ def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa,
             before = 0
             if set_threads != 0:
                 before = _call_int(set_threads, (np.int64(1),))
-            linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
-                                     iv[2:].ctypes.data, sc[0:].ctypes.data, pa, iv[3:].ctypes.data,
-                                     pb, iv[4:].ctypes.data, sc[1:].ctypes.data, pc, iv[5:].ctypes.data))
+            call_gemm(fn, ta, tb, i1 - i0, j1 - j0, k, pa, lda, pb, ldb, pc, m, one, zero)
             if set_threads != 0:
                 _call_int(set_threads, (before,))
 

@@ -54,8 +54,7 @@ import numpy as np
 from numba import prange
 from numba import uint64 as U
 
-from . import linalg_decomp
-from .blas import _N, _T, _call_int
+from .blas import _N, _T, _call_int, call_gemm
 
 _opts = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -72,28 +71,6 @@ def rows_per_block(rows: int, ow: int, patch_rows: int, itemsize: int, samples: 
     target = min(target, max(1, -(-rows // per_sample)))
     blocks = -(-rows // target)
     return -(-rows // blocks)  # equal blocks: no short last block when the rows allow it
-
-
-@numba.njit(**_opts)
-def _gemm(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, alpha, beta):
-    """Column-major ``C = alpha op(A) op(B) + beta C`` (``m x n``, inner ``k``) with the Fortran ``?gemm`` at
-    address ``fn``; ``a``, ``b``, ``c`` are addresses. Row-major ``C = A B`` is column-major ``C^T = B^T A^T``:
-    the callers pass their operands in that swapped order."""
-    iv = np.empty(6, np.int32)
-    iv[0] = m
-    iv[1] = n
-    iv[2] = k
-    iv[3] = lda
-    iv[4] = ldb
-    iv[5] = ldc
-    ch = np.empty(2, np.uint8)
-    ch[0] = ta
-    ch[1] = tb
-    sc = np.full(2, alpha)
-    sc[1] = beta
-    linalg_decomp._call(fn, (ch[0:].ctypes.data, ch[1:].ctypes.data, iv[0:].ctypes.data, iv[1:].ctypes.data,
-                             iv[2:].ctypes.data, sc[0:].ctypes.data, a, iv[3:].ctypes.data, b, iv[4:].ctypes.data,
-                             sc[1:].ctypes.data, c, iv[5:].ctypes.data))
 
 
 @numba.njit(**_opts)
@@ -360,19 +337,19 @@ def unfold_products(fn, set_threads, workers, x, kd, kh, kw, sd, sh, sw, pd, ph,
                     else:
                         pl = left.ctypes.data + ((n * left.shape[1] + g * mb) * positions + r0 * ow) * size
                         ll = positions
-                    _gemm(fn, _T, _N, kg, mb, cols, pg, ld, pl, ll,
+                    call_gemm(fn, _T, _N, kg, mb, cols, pg, ld, pl, ll,
                           partial.ctypes.data + (t * left.shape[1] + g * mb) * kg * size, kg, one,
                           zero if b == b0 else one)
                 if do_a and wide:  # into aux, then its outputs (not the junk columns) into a_out
                     below = left.shape[1] if do_w else 0  # under the gradient block when there is one
-                    _gemm(fn, _N, _N, cols, ma, kg, pg, ld, a.ctypes.data + g * ma * kg * size, kg,
+                    call_gemm(fn, _N, _N, cols, ma, kg, pg, ld, a.ctypes.data + g * ma * kg * size, kg,
                           pa + below * la * size, la, one, zero)
                     for m in range(ma):
                         for r in range(r0, r1):
                             for q in range(ow):
                                 a_out[n, g * ma + m, r * ow + q] = at[below + m, (r - r0) * w_ + q]
                 elif do_a:  # (cols x ma) = cols_g^T (cols x kg) . a_g^T (kg x ma), column-major
-                    _gemm(fn, _N, _N, cols, ma, kg, pg, ld, a.ctypes.data + g * ma * kg * size, kg,
+                    call_gemm(fn, _N, _N, cols, ma, kg, pg, ld, a.ctypes.data + g * ma * kg * size, kg,
                           a_out.ctypes.data + ((n * a_out.shape[1] + g * ma) * positions + r0 * ow) * size,
                           positions, one, zero)
         if set_threads != 0:
@@ -429,7 +406,7 @@ def fold_products(fn, set_threads, workers, src, a, groups, chunk, kd, kh, kw, s
                                 at[e, (r - r0) * w_ + x] = src[n, g * mg + e, r * ow + x]
                             for x in range(ow, w_):
                                 at[e, (r - r0) * w_ + x] = 0
-                    _gemm(fn, _N, _T, cols, (c1 - c0) * kk, mg, at.ctypes.data, aux.shape[2], pa, kg,
+                    call_gemm(fn, _N, _T, cols, (c1 - c0) * kk, mg, at.ctypes.data, aux.shape[2], pa, kg,
                           bt.ctypes.data, ld, one, zero)
                     for e in range((c1 - c0) * kk):  # junk columns exactly zero, whatever the weights hold
                         for r in range(r1 - r0):
@@ -439,7 +416,7 @@ def fold_products(fn, set_threads, workers, src, a, groups, chunk, kd, kh, kw, s
                 else:
                     cols = (r1 - r0) * ow
                     # (cols x (c1-c0)*kk) = src_g^T (cols x mg) . a_g[:, channels] (mg x (c1-c0)*kk), column-major
-                    _gemm(fn, _N, _T, cols, (c1 - c0) * kk, mg,
+                    call_gemm(fn, _N, _T, cols, (c1 - c0) * kk, mg,
                           src.ctypes.data + ((n * m + g * mg) * positions + r0 * ow) * size, positions, pa, kg,
                           bt.ctypes.data, ld, one, zero)
                     fold_rows(bt, n, c0, c1, r0, r1, kd, kh, kw, sd, sh, sw, pd, ph, pw, dd, dh, dw, oh, ow, out)
