@@ -167,48 +167,6 @@ def _in_float32(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> Any:
         return None
 
 
-def _grads_in_float32(op, args: tuple, kwargs: dict, dtype: torch.dtype) -> list[torch.Tensor | None] | None:
-    """For a 16-bit ``dtype``: the CPU's gradients of ``op`` with its floating inputs in float32 (the same
-    cotangents, widened), rounded to ``dtype``: the backward's reference when the CPU's own 16-bit backward
-    disagrees with it, as :func:`_in_float32` is the forward's (a fused kernel that keeps float32 inside, as the
-    npu's attention does, is closer to it than to a 16-bit chain of operators). None for other dtypes, or when
-    the float32 run fails."""
-    if dtype not in HALF_TOL:
-        return None
-    leaves: list[torch.Tensor] = []
-
-    def up(t: Any, collect: bool) -> Any:
-        if not (isinstance(t, torch.Tensor) and t.dtype == dtype):
-            return t
-        wide = t.detach().float().requires_grad_(t.requires_grad)
-        if collect and t.requires_grad:
-            leaves.append(wide)
-        return wide
-
-    try:
-        wide_args = tree_map(lambda t: up(t, True), args)
-        out = op(*wide_args, **tree_map(lambda t: up(t, False), kwargs))
-        outs = [o for o in tree_flatten(out)[0]
-                if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
-        gen = torch.Generator().manual_seed(1234)  # the cotangents _grads draws, in the 16-bit type
-        cots = [torch.randn(o.shape, generator=gen, dtype=dtype if o.dtype == torch.float32 else o.dtype).to(o.dtype)
-                for o in outs]
-        if not outs:
-            return None
-        grads = torch.autograd.grad(outs, leaves, cots, allow_unused=True)
-    except Exception:  # noqa: BLE001 - no float32 reference: the 16-bit comparison stands
-        return None
-    return [g.to(dtype) if g is not None else None for g in grads]
-
-
-def _compare_grads(g_cpu: list, g_npu: list, rtol: float, atol: float) -> None:
-    for gc, gn in zip(g_cpu, g_npu):
-        if gc is None or gn is None:
-            assert gc is None and gn is None, "gradient missing on one device"
-        else:
-            torch.testing.assert_close(gn, gc, rtol=max(rtol, 1e-4), atol=max(atol, 1e-4), equal_nan=True)
-
-
 def describe_sample(args: tuple, kwargs: dict) -> str:
     """A sample's arguments as a line: tensors by shape, dtype and (when not contiguous) strides."""
 
@@ -322,13 +280,12 @@ def _check_op(op, dtype: torch.dtype, samples: int | None, grads: bool, nonconti
                     return OpStatus(name, "error", f"backward: {type(exc).__name__}: {str(exc).strip()[:200]}"
                                     f"{_where(exc)}", ran, sample=describe_sample(args, kwargs))
                 try:
-                    try:
-                        _compare_grads(g_cpu, g_npu, rtol, atol)
-                    except AssertionError:
-                        wide = _grads_in_float32(op, args, kwargs, dtype)
-                        if wide is None or len(wide) != len(g_npu):
-                            raise
-                        _compare_grads(wide, g_npu, rtol, atol)
+                    for gc, gn in zip(g_cpu, g_npu):
+                        if gc is None or gn is None:
+                            assert gc is None and gn is None, "gradient missing on one device"
+                        else:
+                            torch.testing.assert_close(gn, gc, rtol=max(rtol, 1e-4), atol=max(atol, 1e-4),
+                                                       equal_nan=True)
                 except AssertionError as exc:
                     return OpStatus(name, "wrong", f"backward: {str(exc).strip()[:300]}", ran,
                                     sample=describe_sample(args, kwargs))
