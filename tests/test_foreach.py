@@ -86,3 +86,31 @@ def test_lists_of_different_lengths_raise_atens_error():
     one = [torch.ones(2, device="npu")]
     with pytest.raises(RuntimeError, match="Tensor lists must have the same number of tensors, got 1 and 2"):
         torch._foreach_add_(one, one + one)
+
+
+def test_small_tensors_go_in_one_call_in_order_with_the_same_launches():
+    """The small contiguous tensors are updated by one call into compiled code, the others (a large one, a
+    transposed one, another dtype) one by one, in the list's order: a pair that reads a tensor updated earlier in
+    the list reads the updated values, as it does on the CPU, and each tensor is still one launch."""
+    torch.manual_seed(0)
+    base = [torch.randn(3, 4), torch.randn(1 << 17), torch.randn(4, 3).t(), torch.randn(5), torch.randn(3, 4),
+            torch.randn(6).double()]
+    cpu = [t.clone() for t in base]
+    npu = [t.npu() if t.is_contiguous() else t.t().npu().t() for t in base]
+
+    def others(ts: list[torch.Tensor]) -> list[torch.Tensor]:
+        # (pair 4 reads tensor 0 and pair 2 reads tensor 4, one before and one after its own update)
+        return [ts[4].clone(), ts[1] * 2, ts[2].clone(), ts[3] + 1, ts[0], ts[5] * 3]
+
+    other_cpu, other_npu = others(cpu), others(npu)
+    other_npu[4], other_cpu[4] = npu[0], cpu[0]
+    other_npu[2], other_cpu[2] = npu[4], cpu[4]
+    clock = npu_lab.device.clock.clock(0)
+    launches = clock.launches
+    for ts, os_ in ((cpu, other_cpu), (npu, other_npu)):
+        torch._foreach_add_(ts, os_, alpha=0.5)
+        torch._foreach_mul_(ts, 1.5)
+        torch._foreach_add_(ts, 2.0)
+    assert clock.launches - launches == 3 * len(base)
+    for got, want in zip(npu, cpu, strict=True):
+        torch.testing.assert_close(got.cpu(), want)

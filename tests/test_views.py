@@ -74,3 +74,34 @@ def test_view_of_noncontiguous_elementwise():
     x = torch.randn(5, 7)
     a = x.npu()
     assert torch.allclose((a.t() * 2 + a.t()[0]).cpu(), x.t() * 2 + x.t()[0])
+
+
+_LAYOUTS = {
+    "transposed": lambda: torch.randn(2, 3, 5).transpose(0, 2),
+    "permuted": lambda: torch.randn(2, 3, 5).permute(1, 2, 0),
+    "expanded scalar": lambda: torch.ones(()).expand(2, 3, 5),
+    "expanded column": lambda: torch.ones(3, 1).expand(3, 4),
+    "expanded row": lambda: torch.ones(1, 4).expand(3, 4),
+    "expanded middle": lambda: torch.ones(2, 1, 5).expand(2, 3, 5),
+    "expanded, transposed": lambda: torch.ones(5, 1).expand(5, 3).t(),
+    "sliced": lambda: torch.randn(2, 3, 5).transpose(0, 1)[:, :, ::2],
+    "size-one dims": lambda: torch.randn(3, 1, 1, 4).permute(3, 1, 2, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(_LAYOUTS))
+def test_an_elementwise_result_has_the_cpus_layout(name):
+    """The output of an elementwise operator is laid out as ATen's TensorIterator lays it out: in the input's memory
+    order, and contiguous where the input is expanded (the gradient of a ``sum`` is, so the operators after it
+    need no copy)."""
+    x = _LAYOUTS[name]()
+    want = x * 3
+    got = x.to("npu") * 3 if x.is_contiguous() else _on_npu_like(x) * 3
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got.cpu(), want)
+
+
+def _on_npu_like(x: torch.Tensor) -> torch.Tensor:
+    """``x`` on the npu with ``x``'s strides (``.to`` would make an expanded or sliced tensor dense)."""
+    base = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+    return base.to("npu").as_strided(x.shape, x.stride(), x.storage_offset())

@@ -53,7 +53,7 @@ try:  # imported now, not when first needed: importing it sets KMP_DUPLICATE_LIB
 except ImportError:  # pragma: no cover - a declared dependency
     threadpoolctl = None
 
-__all__ = ["ENABLED", "backend", "blasable", "matmul", "sync_threads", "takes"]
+__all__ = ["ENABLED", "backend", "blasable", "gemm_addresses", "matmul", "sync_threads", "takes"]
 
 #: Products of these dtypes go to BLAS (when :data:`ENABLED`).
 DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -140,14 +140,24 @@ def call_gemm(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, alpha, beta):
                              sc[1:].ctypes.data, c, iv[5:].ctypes.data))
 
 
+@numba.njit(**_opts)
+def _gemm_block(fn, set_threads, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, one, zero):
+    """One ``?gemm`` call on the calling thread, with the library's thread count for this thread set to one
+    (and put back after), so that the library never starts an OpenMP team of its own next to numba's."""
+    before = 0
+    if set_threads != 0:
+        before = _call_int(set_threads, (np.int64(1),))
+    call_gemm(fn, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, one, zero)
+    if set_threads != 0:
+        _call_int(set_threads, (before,))
+
+
 @numba.njit(parallel=True, **_opts)
 def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa, lda, b, sb, ldb, c, s_c, size, one,
                 zero):
     """``units`` column-major products ``C = op(A) op(B)`` on numba's threads: matrix ``u // splits`` of a
     batch (address strides ``sa, sb, s_c`` in bytes), cut into ``splits`` blocks of columns (of rows when
-    ``by_rows``: a product with few columns), block ``u % splits``. Each runs ``?gemm`` with one thread (the
-    library's setting for that thread, put back after), so the library never starts an OpenMP team of its
-    own next to numba's."""
+    ``by_rows``: a product with few columns), block ``u % splits``, each by :func:`_gemm_block`."""
     for u in prange(units):
         p = u // splits
         part = u % splits
@@ -164,12 +174,7 @@ def _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, sa,
         pb = b + p * sb + j0 * (ldb if tb == _N else 1) * size
         pc = c + p * s_c + (j0 * m + i0) * size
         if j1 > j0 and i1 > i0:
-            before = 0
-            if set_threads != 0:
-                before = _call_int(set_threads, (np.int64(1),))
-            call_gemm(fn, ta, tb, i1 - i0, j1 - j0, k, pa, lda, pb, ldb, pc, m, one, zero)
-            if set_threads != 0:
-                _call_int(set_threads, (before,))
+            _gemm_block(fn, set_threads, ta, tb, i1 - i0, j1 - j0, k, pa, lda, pb, ldb, pc, m, one, zero)
 
 
 @numba.njit(**_opts)
@@ -204,11 +209,15 @@ def _gemm(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, one,
 
 
 @numba.njit(**_opts)
-def _gemm_addresses(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, size, one, zero):
+def gemm_addresses(fn, set_threads, get_threads, ta, tb, m, n, k, a, lda, b, ldb, c, size, one, zero):
     """:func:`_gemm` for one product of operands given by address (the tensors' ``data_ptr()``, ``size`` bytes
     per element)."""
     units, splits, by_rows = _plan(get_threads, 1, m, n, k)
-    _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, 0, lda, b, 0, ldb, c, 0, size, one, zero)
+    if units == 1:  # (a small product: no parallel region to start)
+        _gemm_block(fn, set_threads, ta, tb, m, n, k, a, lda, b, ldb, c, m, one, zero)
+    else:
+        _gemm_units(fn, set_threads, units, splits, by_rows, ta, tb, m, n, k, a, 0, lda, b, 0, ldb, c, 0, size, one,
+                    zero)
 
 
 
@@ -333,7 +342,7 @@ def gemm_for(dtype: np.dtype) -> Callable | None:
     fn, set_threads, get_threads = routines
     one, zero = np.dtype(dtype).type(1), np.dtype(dtype).type(0)
     size = np.dtype(dtype).itemsize
-    call = _gemm_addresses
+    call = gemm_addresses
 
     def gemm(m: int, n: int, k: int, a: int, a_layout: tuple[int, int], b: int, b_layout: tuple[int, int],
              out: int) -> None:

@@ -158,6 +158,22 @@ def _ptr_fn(fn_name: str, n_out: int, n_in: int, scalars: Sequence[str], exprs: 
     return "\n".join(lines) + "\n"
 
 
+def _ptr_many_fn(n_out: int, n_in: int, scalars: Sequence[str], exprs: Sequence[str],
+                 prelude: Sequence[str] = ()) -> str:
+    """``ptr_many``: the flat loop of :func:`_ptr_fn` over several tensors in turn, one call for all (a
+    multi-tensor operator's ``torch._foreach_*``): each operand a 1-D int64 array of addresses, tensor ``t``
+    of ``ns[t]`` values."""
+    arrays = [f"out{k}" for k in range(n_out)] + [f"in{i}" for i in range(n_in)]
+    params = ", ".join(["ns"] + [f"{o}_ps" for o in arrays] + list(scalars))
+    make = [f"        {o} = ptr_array({o}_ps[t], n, {'_OUT' if o.startswith('out') else '_IN'})" for o in arrays]
+    body = [f"            x{i} = in{i}[i]" for i in range(n_in)]
+    body += [f"            {stmt}" for stmt in prelude]
+    body += [f"            out{k}[i] = {e}" for k, e in enumerate(exprs)]
+    lines = ['@numba.njit(cache=True, nogil=True, error_model="numpy")', f"def ptr_many({params}):",
+             "    for t in range(ns.shape[0]):", "        n = ns[t]", *make, "        for i in range(n):", *body]
+    return "\n".join(lines) + "\n"
+
+
 #: The inner dimension must be at least this long for a ``rows`` variant to pay for itself.
 ROWS_MIN_INNER = 8
 
@@ -232,7 +248,17 @@ class ElementwiseKernel:
                                     in_dtype=np.dtype(in_dtype).name)]
         for fn, par in (("ptr", False), ("ptr_par", True)):
             parts.append(_ptr_fn(fn, len(self.exprs), self.n_inputs, self.scalars, self.exprs, par, self.prelude))
+        parts.append(_ptr_many_fn(len(self.exprs), self.n_inputs, self.scalars, self.exprs, self.prelude))
         return "\n\n".join(parts)
+
+    def _ptr_module(self, out_dtype: np.dtype, in_dtype: np.dtype):
+        key = (np.dtype(out_dtype), np.dtype(in_dtype))
+        mod = self._ptr.get(key)
+        if mod is None:
+            stem = "".join(c if c.isalnum() else "_" for c in self.name)[:40]
+            mod = self._ptr[key] = codegen.load_module(self.ptr_source(*key),
+                                                       f"ew_{stem}_ptr_{key[0].name}_{key[1].name}")
+        return mod
 
     def ptr_kernels(self, out_dtype: np.dtype, in_dtype: np.dtype) -> tuple:
         """``(serial, parallel)``: the flat loop with operands as addresses, for contiguous tensors whose
@@ -242,13 +268,14 @@ class ElementwiseKernel:
         then per input, then the scalar arguments. The caller guarantees ``n`` values of the dtype at
         every address.
         """
-        key = (np.dtype(out_dtype), np.dtype(in_dtype))
-        fns = self._ptr.get(key)
-        if fns is None:
-            stem = "".join(c if c.isalnum() else "_" for c in self.name)[:40]
-            mod = codegen.load_module(self.ptr_source(*key), f"ew_{stem}_ptr_{key[0].name}_{key[1].name}")
-            fns = self._ptr[key] = (mod.ptr, mod.ptr_par)
-        return fns
+        mod = self._ptr_module(out_dtype, in_dtype)
+        return mod.ptr, mod.ptr_par
+
+    def ptr_many(self, out_dtype: np.dtype, in_dtype: np.dtype):
+        """The serial flat loop over several tensors in one call: ``fn(ns, *address_arrays, *scalars)``, with
+        ``ns`` (int64) the tensors' lengths and one int64 array of addresses per output, then per input (the
+        caller's guarantee as for :meth:`ptr_kernels`, for every tensor)."""
+        return self._ptr_module(out_dtype, in_dtype).ptr_many
 
     def run_flat(self, outs: Sequence[np.ndarray], ins: Sequence[np.ndarray], scalars: Sequence) -> None:
         """All operands are 1-D contiguous arrays of the same length."""

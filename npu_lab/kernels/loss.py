@@ -85,6 +85,30 @@ def log_softmax_nll_rows(x, target, weight, ignore_index, out, losses, weights, 
 
 
 @numba.njit(**_opts)
+def nll_forward_totals(logp, target, weight, ignore_index, mean, loss, total):
+    """:func:`nll_forward` and :func:`nll_totals` in one pass (the same sums, in the same order, so the same
+    bits), for a mean or a sum over the batch: the first out-of-range sample's index, or -1."""
+    n, c = logp.shape
+    s = 0.0
+    w = 0.0
+    for i in range(n):
+        t = target[i]
+        if t == ignore_index:
+            continue
+        if t < 0 or t >= c:
+            return i
+        wt = weight[t]
+        s += -wt * logp[i, t]
+        w += wt
+    if mean:
+        loss[()] = s / w if w != 0 else np.nan
+    else:
+        loss[()] = s
+    total[()] = w
+    return -1
+
+
+@numba.njit(**_opts)
 def nll_totals(losses, weights, loss, total, mean):
     """loss[()] = the summed (or, if ``mean``, weight-averaged) loss, total[()] = the total weight, from
     per-sample values."""

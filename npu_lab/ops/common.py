@@ -115,14 +115,37 @@ def dense_strides_like(t: torch.Tensor) -> tuple[int, ...] | None:
         if len(_DENSE_STRIDES) >= 4096:  # (layouts repeat from step to step; keep the table small)
             _DENSE_STRIDES.clear()
         size, stride = key
-        order = sorted(range(len(size)), key=lambda d: (-stride[d], -d))  # outermost first
         dense = [0] * len(size)
         acc = 1
-        for d in reversed(order):
+        for d in _memory_order(size, stride):
             dense[d] = acc
             acc *= max(int(size[d]), 1)
         strides = _DENSE_STRIDES[key] = tuple(dense)
     return strides
+
+
+def _memory_order(size: Sequence[int], stride: Sequence[int]) -> list[int]:
+    """``t``'s dimensions, innermost first, as ATen's TensorIterator orders them for one operand
+    (``reorder_dimensions``): an insertion sort from the natural order (last dimension innermost) that moves a
+    dimension inwards only past one with a larger stride (or an equal stride and a larger size), and never
+    past a broadcast dimension (stride 0), so an expanded tensor's elementwise result is contiguous."""
+    def should_swap(d0: int, d1: int) -> bool:
+        s0, s1 = stride[d0], stride[d1]
+        if s0 == 0 or s1 == 0:
+            return False
+        return s0 > s1 or s0 == s1 and size[d0] > size[d1]
+
+    perm = list(range(len(size) - 1, -1, -1))
+    for i in range(1, len(perm)):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            s0, s1 = stride[perm[d0]], stride[perm[d1]]
+            if should_swap(perm[d0], perm[d1]):
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif s0 != 0 and s1 != 0 and s0 < s1:
+                break
+    return perm
 
 
 #: (shape, strides) -> :func:`dense_strides_like`'s answer for a tensor that is not contiguous.

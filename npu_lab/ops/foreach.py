@@ -5,9 +5,10 @@ for them once for all parameters (SGD with momentum: ``torch._foreach_mul_(bufs,
 ``torch._foreach_add_(bufs, grads, alpha=1 - dampening)``, ``torch._foreach_add_(params, bufs,
 alpha=-lr)``). A device without kernels of its own for them runs ATen's generic version, which calls
 ``add_``/``mul_`` through the dispatcher once per tensor. The kernels here run the same per-tensor
-kernels (the same launches on the simulated clock) from one loop, through the per-tensor operators'
-fast paths, which saves the dispatcher round trips. CUDA goes further and updates a chunk of tensors
-per launch (``multi_tensor_apply``); the simulated chip keeps one launch per tensor.
+kernels (the same launches on the simulated clock) without the dispatcher round trips: the small
+contiguous tensors all in one call into compiled code (the per-tensor fast path's ``many``), the others
+one by one through the fast paths. CUDA goes further and updates a chunk of tensors per launch
+(``multi_tensor_apply``); the simulated chip keeps one launch per tensor.
 
 Wherever a fast path does not take a tensor (another dtype, another device, a broadcast), and whenever
 the npu profiler records, the per-tensor operator goes through the dispatcher, as ATen's version does,
@@ -44,40 +45,50 @@ def _fast(qualified: str) -> Callable | None:
     return FAST.get(qualified) if hooks.recorder is None else None
 
 
+def _each(qualified: str, overload: Callable, self: list[torch.Tensor], other: object,
+          alpha: object = None) -> None:
+    """``overload(self[i], other[i] (or other)[, alpha=alpha])`` for every i, in order: through the in-place
+    operator's fast path for all the tensors it takes at once (its ``many``), the dispatcher for the others."""
+    fast = _fast(qualified)
+    listed = isinstance(other, (list, tuple))
+    extra = () if alpha is None else (alpha,)
+    keywords = {} if alpha is None else {"alpha": alpha}
+
+    def one_by_one(i: int) -> None:
+        o = other[i] if listed else other
+        if fast is None or fast(self[i], o, *extra) is None:
+            overload(self[i], o, **keywords)
+
+    many = getattr(fast, "many", None)
+    if many is None:
+        for i in range(len(self)):
+            one_by_one(i)
+    else:
+        many(self, other, 1 if alpha is None else alpha, one_by_one)
+
+
 def foreach_add_list_(self: list[torch.Tensor], other: list[torch.Tensor], *, alpha: object = 1) -> None:
     """``self[i].add_(other[i], alpha=alpha)`` for every i."""
     _check(self, other)
-    fast = _fast("aten::add_.Tensor")
-    for t, o in zip(self, other):
-        if fast is None or fast(t, o, alpha) is None:
-            _aten.add_.Tensor(t, o, alpha=alpha)
+    _each("aten::add_.Tensor", _aten.add_.Tensor, self, list(other), alpha)
 
 
 def foreach_add_scalar_(self: list[torch.Tensor], scalar: object) -> None:
     """``self[i].add_(scalar)`` for every i."""
     _check(self)
-    fast = _fast("aten::add_.Scalar")
-    for t in self:
-        if fast is None or fast(t, scalar) is None:
-            _aten.add_.Scalar(t, scalar)
+    _each("aten::add_.Scalar", _aten.add_.Scalar, self, scalar)
 
 
 def foreach_mul_scalar_(self: list[torch.Tensor], scalar: object) -> None:
     """``self[i].mul_(scalar)`` for every i."""
     _check(self)
-    fast = _fast("aten::mul_.Scalar")
-    for t in self:
-        if fast is None or fast(t, scalar) is None:
-            _aten.mul_.Scalar(t, scalar)
+    _each("aten::mul_.Scalar", _aten.mul_.Scalar, self, scalar)
 
 
 def foreach_mul_list_(self: list[torch.Tensor], other: list[torch.Tensor]) -> None:
     """``self[i].mul_(other[i])`` for every i."""
     _check(self, other)
-    fast = _fast("aten::mul_.Tensor")
-    for t, o in zip(self, other):
-        if fast is None or fast(t, o) is None:
-            _aten.mul_.Tensor(t, o)
+    _each("aten::mul_.Tensor", _aten.mul_.Tensor, self, list(other))
 
 
 #: overload -> kernel, registered on PrivateUse1 (not on a bare device: the learner's device runs ATen's own).

@@ -68,6 +68,7 @@ def _nll_inputs(self, target, weight):
 
 
 _current_device = native.load().current_device
+_empty = native.load().empty
 _NLL_FAST = (torch.float32, torch.float64)
 
 
@@ -98,11 +99,10 @@ def _fast_nll_forward(self, target, weight, reduction, ignore_index):
         return None
     x, t, w = found
     n = x.shape[0]
-    losses = np.empty(n, dtype=np.float64)
-    weights = np.empty(n, dtype=np.float64)
-    if lk.nll_forward(x, t, w, ignore_index, losses, weights) >= 0:
+    dtype, dev = self.dtype, self.get_device()
+    out, total_weight = _empty([], dtype, dev), _empty([], dtype, dev)
+    if lk.nll_forward_totals(x, t, w, ignore_index, reduction == MEAN, as_array(out), as_array(total_weight)) >= 0:
         return None  # a target out of range: the general path raises
-    out, total_weight = nll_reduce(losses, weights, reduction, True, self.dtype)
     size = self.element_size()
     launch("nll_loss", 2 * n, n * x.shape[1] * size + 8 * n, size)
     return out, total_weight

@@ -400,7 +400,7 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
             expr = f"({expr}) != 0"
         kernel = elementwise.kernel(name, 1 if scalar else 2, expr, ("c1",) * scalar + ("alpha",) * alpha)
         return (*kernel.ptr_kernels(_NP[result_dtype], _NP[dtype]), kernel.name, result_dtype,
-                NUMPY_DTYPES[dtype], _NP[dtype].itemsize, _NP[result_dtype].itemsize)
+                NUMPY_DTYPES[dtype], _NP[dtype].itemsize, _NP[result_dtype].itemsize, kernel)
 
     def fast(a, b, alpha=1):
         if not isinstance(a, _Tensor):
@@ -442,7 +442,7 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
             e = table[key] = entry(dtype, scalar, scaled)
         if e is None:
             return None
-        serial, parallel, kname, result_dtype, np_type, in_size, out_size = e
+        serial, parallel, kname, result_dtype, np_type, in_size, out_size, _ = e
         if inplace:
             if not scalar and _overlaps_partly(a, b, n * in_size):
                 return None
@@ -464,6 +464,72 @@ def _fast_binary(name: str, template: str, alpha_template: str | None = None, *,
             return None
         launch(kname, flops * n, (1 if scalar else 2) * n * in_size, n * out_size, dev)
         return out
+
+    def many(selfs: Sequence, others: object, alpha: object, one_by_one: Callable[[int], None]) -> None:
+        """The in-place operator on every pair ``(selfs[i], others[i])`` (``others`` a list of tensors, or one
+        Python number for every ``selfs[i]``), in order, as ``torch._foreach_*`` asks for it. Runs of pairs the
+        fast path would take as small contiguous tensors go to the compiled code in one call (each tensor's
+        launch accounted as the fast path accounts it); every other pair is left to ``one_by_one(i)``."""
+        scalar = not isinstance(others, (list, tuple))
+        first = selfs[0]
+        dtype = first.dtype if isinstance(first, _Tensor) else None
+        dev = _current_device()
+        scaled = alpha != 1
+        e = None
+        if dtype is not None and not (scaled and (alpha_template is None or not _scalar_fits(dtype, alpha))) \
+                and not (scalar and not _scalar_fits(dtype, others)):
+            key = (dtype, scalar, scaled)
+            e = table.get(key, False)
+            if e is False:
+                e = table[key] = entry(dtype, scalar, scaled)
+        if e is None:
+            for i in range(len(selfs)):
+                one_by_one(i)
+            return
+        _, _, kname, result_dtype, np_type, in_size, out_size, kernel = e
+        try:
+            values = ([] if not scalar else [np_type(others)]) + ([np_type(alpha)] if scaled else [])
+        except OverflowError:
+            values = None
+        run: list[int] = []
+        sizes: list[int] = []
+        others_at: list[int] = []
+
+        def flush() -> None:
+            if not run:
+                return
+            addresses = np.array(run, np.int64)
+            operands = [addresses, addresses] + ([] if scalar else [np.array(others_at, np.int64)])
+            kernel.ptr_many(_NP[result_dtype], _NP[dtype])(np.array(sizes, np.int64), *operands, *values)
+            for n in sizes:
+                launch(kname, flops * n, (1 if scalar else 2) * n * in_size, n * out_size, dev)
+            run.clear(), sizes.clear(), others_at.clear()
+
+        for i, a in enumerate(selfs):
+            n = a.numel() if isinstance(a, _Tensor) else 0
+            ok = values is not None and 0 < n < _PARALLEL and a.dtype is dtype and a.get_device() == dev \
+                and a.is_contiguous()
+            if ok:
+                p = a.data_ptr()
+                if scalar:
+                    run.append(p)
+                    sizes.append(n)
+                    continue
+                b = others[i]
+                if isinstance(b, _Tensor) and b.dtype is dtype and b.get_device() == dev and b.is_contiguous() \
+                        and b.shape == a.shape:
+                    q = b.data_ptr()
+                    if p == q or not (p < q + n * in_size and q < p + n * in_size):  # (no partial overlap)
+                        run.append(p)
+                        sizes.append(n)
+                        others_at.append(q)
+                        continue
+            flush()
+            one_by_one(i)
+        flush()
+
+    if inplace:
+        fast.many = many
     return fast
 
 

@@ -104,7 +104,8 @@ _FAST_DTYPES = (torch.float32, torch.float64)
 _ZEROS: dict[tuple[int, np.dtype], np.ndarray] = {}
 
 
-def _zeros(width: int, dtype: np.dtype) -> np.ndarray:
+def zero_bias(width: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of ``width`` zeros: the bias of a cell without biases (made once per width and dtype)."""
     z = _ZEROS.get((width, dtype))
     if z is None:
         z = _ZEROS[(width, dtype)] = np.zeros(width, dtype)
@@ -139,7 +140,7 @@ def _fast_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
         return None
     ig = as_array(input_gates)
     if input_bias is None:
-        bias_i = bias_h = _zeros(width, ig.dtype)
+        bias_i = bias_h = zero_bias(width, ig.dtype)
     else:
         bias_i, bias_h = as_array(input_bias), as_array(hidden_bias)
     hy, cy, workspace = _empty([rows, hidden], dtype, dev), _empty([rows, hidden], dtype, dev), \
