@@ -7,6 +7,7 @@ import math
 import numpy as np
 import torch
 
+from ..device import native
 from ..kernels import norm as nk
 from ..kernels import workspace
 from ..kernels.threads import PARALLEL_MIN_WORK, sized
@@ -127,7 +128,85 @@ def _rows(input: torch.Tensor, normalized_shape) -> tuple[int, int, list[int]]:
     return rows, feats, stat_shape
 
 
-@register("native_layer_norm")
+_C = native.load()
+_empty, _current_device = _C.empty, _C.current_device
+_LN_FAST = (torch.float32, torch.float64)
+
+
+def _ln_fast_rows(input, normalized_shape, weight, bias, *more: torch.Tensor) -> tuple[int, int] | None:
+    """(rows, features) for a transformer's layer norm: a contiguous float ``input`` on the current device,
+    normalised over its last dimension, with a weight and a bias (and every tensor in ``more``) contiguous, of its
+    dtype, on its device; None for anything else (the kernel's general path then checks and runs the call)."""
+    if not isinstance(input, torch.Tensor) or input.dtype not in _LN_FAST or len(normalized_shape) != 1:
+        return None
+    dtype, dev = input.dtype, input.get_device()
+    feats = normalized_shape[0]
+    shape = input.shape
+    if dev != _current_device() or not input.is_contiguous() or not shape or shape[-1] != feats or not feats:
+        return None
+    for p in (weight, bias):
+        if not (isinstance(p, torch.Tensor) and p.dtype is dtype and p.dim() == 1 and p.shape[0] == feats
+                and p.get_device() == dev and p.is_contiguous()):
+            return None
+    for t in more:
+        if not (isinstance(t, torch.Tensor) and t.dtype is dtype and t.get_device() == dev and t.is_contiguous()):
+            return None
+    rows = input.numel() // feats
+    return (rows, feats) if rows else None
+
+
+def _fast_layer_norm(input, normalized_shape, weight, bias, eps):
+    """:func:`native_layer_norm` with less Python, for the calls :func:`_ln_fast_rows` takes; None for others."""
+    found = _ln_fast_rows(input, normalized_shape, weight, bias)
+    if found is None:
+        return None
+    rows, feats = found
+    dtype, dev = input.dtype, input.get_device()
+    shape = list(input.shape)
+    out = _empty(shape, dtype, dev)
+    m, r = _empty(shape[:-1] + [1], dtype, dev), _empty(shape[:-1] + [1], dtype, dev)
+    sized(nk.layer_forward, rows * feats)(
+        as_array(input).reshape(rows, feats), as_array(weight).astype(np.float64),
+        as_array(bias).astype(np.float64), float(eps), as_array(out).reshape(rows, feats), as_array(m).reshape(rows),
+        as_array(r).reshape(rows))
+    size = input.element_size()
+    n = rows * feats
+    launch("layer_norm", 6 * n, size * n + 2 * feats * size, size * (n + 2 * rows))
+    return out, m, r
+
+
+def _fast_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """:func:`native_layer_norm_backward` with less Python, for the calls :func:`_ln_fast_rows` takes (with
+    ``grad_out`` shaped as ``input`` and one statistic per row); None for others."""
+    found = _ln_fast_rows(input, normalized_shape, weight, bias, grad_out, mean, rstd)
+    if found is None or grad_out.shape != input.shape:
+        return None
+    rows, feats = found
+    if mean.numel() != rows or rstd.numel() != rows:
+        return None
+    dtype, dev = input.dtype, input.get_device()
+    x = as_array(input).reshape(rows, feats)
+    dy = as_array(grad_out).reshape(rows, feats)
+    m, r = as_array(mean).reshape(rows), as_array(rstd).reshape(rows)
+    w = as_array(weight).astype(np.float64)
+    n = rows * feats
+    results: list[torch.Tensor | None] = [None, None, None]
+    if output_mask[0]:
+        results[0] = _empty(list(input.shape), dtype, dev)
+        sized(nk.layer_backward_input, n)(dy, x, m, r, w, as_array(results[0]).reshape(rows, feats))
+    if output_mask[1] or output_mask[2]:
+        dw, db = np.empty(feats), np.empty(feats)
+        sized(nk.layer_backward_params, n)(dy, x, m, r, dw, db, 8 if n >= PARALLEL_MIN_WORK else 1)
+        for i, sums in ((1, dw), (2, db)):
+            if output_mask[i]:
+                results[i] = _empty([feats], dtype, dev)
+                as_array(results[i])[...] = sums
+    size = input.element_size()
+    launch("layer_norm_backward", 10 * n, 2 * n * size, n * size)
+    return tuple(results)
+
+
+@register("native_layer_norm", fast=_fast_layer_norm)
 def native_layer_norm(input, normalized_shape, weight, bias, eps):
     check_same_device("aten::native_layer_norm", input, weight, bias)
     rows, feats, stat_shape = _rows(input, normalized_shape)
@@ -145,7 +224,7 @@ def native_layer_norm(input, normalized_shape, weight, bias, eps):
     return out, m, r
 
 
-@register("native_layer_norm_backward")
+@register("native_layer_norm_backward", fast=_fast_layer_norm_backward)
 def native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     check_same_device("aten::native_layer_norm_backward", grad_out, input, mean, rstd, weight, bias)
     rows, feats, _ = _rows(input, normalized_shape)
