@@ -314,48 +314,47 @@ def _clocked(model: torch.nn.Module, x: torch.Tensor) -> tuple[list[torch.Tensor
     return [t.cpu() for t in (*got, *grads)], clock.launches - launches, clock.copies - copies, clock.now() - start
 
 
+@pytest.mark.parametrize("cls", _KINDS, ids=["lstm", "gru"])
 @pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
-def test_the_compiled_time_loop_launches_what_the_step_by_step_loop_does(monkeypatch, bidirectional):
-    """With nothing recording, an LSTM layer's loop runs as one compiled call (npu_lab/ops/lstm_loops.py): the same
+def test_the_compiled_time_loop_launches_what_the_step_by_step_loop_does(monkeypatch, cls, bidirectional):
+    """With nothing recording, a layer's loop runs as one compiled call (npu_lab/ops/rnn_loops.py): the same
     values and per-step launches as the step-by-step loop, less the gathering of the steps' results (one stack
-    forward, one concatenation backward, per layer and direction)."""
-    _, npu = _pair(num_layers=2, bidirectional=bidirectional)
+    forward, and backward one concatenation of the gates' gradients, two for a GRU's, per layer and direction),
+    plus one copy of a one-directional output (the loop keeps its own)."""
+    _, npu = _pair(cls, num_layers=2, bidirectional=bidirectional)
     x = torch.randn(7, 3, 6).npu()
+    kind = "lstm" if cls is torch.nn.LSTM else "gru"
     calls: list[str] = []
-    for name in ("forward", "backward"):
-        real = getattr(rnn_sequence.lstm_loops, name)
-        monkeypatch.setattr(rnn_sequence.lstm_loops, name,
+    for name in (f"{kind}_forward", f"{kind}_backward"):
+        real = getattr(rnn_sequence.rnn_loops, name)
+        monkeypatch.setattr(rnn_sequence.rnn_loops, name,
                             lambda *a, _real=real, _name=name: calls.append(_name) or _real(*a))
     compiled, launches, copies, took = _clocked(npu, x)
     cells = 2 * (2 if bidirectional else 1)
-    assert calls == ["forward"] * cells + ["backward"] * cells
-    monkeypatch.setattr(rnn_sequence.lstm_loops, "takes", lambda *tensors: False)
+    assert calls == [f"{kind}_forward"] * cells + [f"{kind}_backward"] * cells
+    monkeypatch.setattr(rnn_sequence.rnn_loops, "takes", lambda *tensors: False)
     stepwise, step_launches, step_copies, step_took = _clocked(npu, x)
     assert len(calls) == 2 * cells  # (not called again)
     for a, b in zip(stepwise, compiled, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
-    assert (launches, copies) == (step_launches - 2 * cells, step_copies)
+    gathered = 2 if cls is torch.nn.LSTM else 3
+    assert (launches, copies) == (step_launches - gathered * cells, step_copies + (not bidirectional))
     assert took < step_took
 
 
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bi"])
-def test_writing_to_the_output_before_the_backward_raises_as_on_the_cpu(bidirectional):
-    """The CPU's recurrent kernel saves its output for the backward, and so does the compiled loop: writing to the
-    output in place before the backward raises autograd's error on both (a bidirectional output is a new tensor,
-    which both may change)."""
-    cpu, npu = _pair(num_layers=2, bidirectional=bidirectional)
-    x = torch.randn(5, 3, 6)
-    weights = torch.randn(5, 3, 10 if bidirectional else 5)
+@pytest.mark.parametrize("cls", _KINDS, ids=["lstm", "gru"])
+def test_writing_to_the_output_before_the_backward_leaves_the_gradients_right(cls):
+    """The compiled loop keeps its own copy of the hidden states, so the output is the caller's to change in place
+    (as ATen's composite's is; the CPU's float32 LSTM kernel, which saves its output, raises instead)."""
+    cpu, npu = _pair(cls, torch.float64, num_layers=2)  # (float64: the CPU's composite, which allows it)
+    x = torch.randn(5, 3, 6, dtype=torch.float64)
+    weights = torch.randn(5, 3, 5, dtype=torch.float64)
     grads = []
     for model, inputs in ((cpu, x), (npu, x.npu())):
         out, _ = model(inputs)
         loss = (out * weights.to(out.device)).sum()
         out.add_(7)  # (in place, as F.relu(out, inplace=True) would)
-        if bidirectional:
-            loss.backward()
-            grads.append([p.grad.cpu() for p in model.parameters()])
-        else:
-            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-                loss.backward()
+        loss.backward()
+        grads.append([p.grad.cpu() for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b, a)

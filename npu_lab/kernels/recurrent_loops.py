@@ -1,6 +1,6 @@
-"""The time loop of one LSTM layer as one compiled call, forward and backward.
+"""The time loop of one LSTM or GRU layer as one compiled call, forward and backward.
 
-An LSTM step is two small kernels (the hidden product ``h @ W_hh^T`` and the fused cell), and the next
+A recurrent step is two small kernels (the hidden product ``h @ W_hh^T`` and the fused cell), and the next
 step needs both. Run from Python, each of them pays the host's cost of a call into a kernel (argument
 checks, outputs, a dispatch into numba): for a 16 x 128 step about a third of the step's time. These
 loops run every step of a layer without returning to Python: per step the product with PyTorch's BLAS
@@ -8,14 +8,15 @@ loops run every step of a layer without returning to Python: per step the produc
 :mod:`npu_lab.kernels.recurrent`, each step's results written straight into the layer's output and saved
 buffers (no gathering afterwards). The caller accounts the same launches on the simulated clock.
 
-Layouts: ``gates_x`` (T, B, 4H) the input projections of every step, ``w_hh`` (4H, H), ``out`` and ``cs`` (T, B, H)
-the hidden and cell states, ``ws`` (T, B, 4H) the cells' workspaces; every array C-contiguous except ``d_out``.
+Layouts (LSTM; a GRU has 3H gate columns and a (T, B, 5H) workspace, and no cell state): ``gates_x``
+(T, B, 4H) the input projections of every step, ``w_hh`` (4H, H), ``out`` and ``cs`` (T, B, H) the hidden and
+cell states, ``ws`` (T, B, 4H) the cells' workspaces; every array C-contiguous except ``d_out``.
 """
 
 import numba
 
 from . import blas
-from .recurrent import lstm_backward, lstm_forward
+from .recurrent import gru_backward, gru_forward, lstm_backward, lstm_forward
 
 _opts = dict(cache=True, nogil=True)
 _T, _N = ord("T"), ord("N")
@@ -72,3 +73,40 @@ def lstm_layer_backward(fn, set_threads, get_threads, d_out, dh_last, dc_last, c
         blas.gemm_addresses(fn, set_threads, get_threads, _N, _N, hidden, rows, width, w_hh.ctypes.data, hidden,
                             d_gates[t].ctypes.data, width, dh.ctypes.data, size, one, zero)
         h_grad, c_grad = dh, c_next
+
+
+@numba.njit(**_opts)
+def gru_layer_forward(fn, set_threads, get_threads, gates_x, w_hh, bias_i, bias_h, h0, out, ws, hg, one, zero,
+                      reverse):
+    """:func:`lstm_layer_forward` for a GRU: ``hg = h_prev @ w_hh^T``, then the cell into ``out[t], ws[t]``."""
+    steps, rows, width = gates_x.shape
+    hidden = width // 3
+    size = out.itemsize
+    h_prev = h0
+    for s in range(steps):
+        t = steps - 1 - s if reverse else s
+        blas.gemm_addresses(fn, set_threads, get_threads, _T, _N, width, rows, hidden, w_hh.ctypes.data, hidden,
+                            h_prev.ctypes.data, hidden, hg.ctypes.data, size, one, zero)
+        gru_forward(gates_x[t], hg, h_prev, bias_i, bias_h, one, out[t], ws[t])
+        h_prev = out[t]
+
+
+@numba.njit(**_opts)
+def gru_layer_backward(fn, set_threads, get_threads, d_out, dh_last, ws, w_hh, d_ig, d_hg, d_hy, d_hx, product, dh,
+                       one, zero, reverse):
+    """Back through every step of a GRU layer-direction, the forward's last step first: ``d_hy = d_out[t] + dh``,
+    the cell's backward into ``d_ig[t], d_hg[t]`` and ``d_hx``, then ``dh = d_hx + d_hg[t] @ w_hh`` (the product
+    into ``product``, then the add: the per-step loop's two launches). ``dh`` ends as the initial state's
+    gradient."""
+    steps, rows, width = d_ig.shape
+    hidden = width // 3
+    size = d_ig.itemsize
+    h_grad = dh_last
+    for s in range(steps):
+        t = s if reverse else steps - 1 - s
+        _add(d_out[t], h_grad, d_hy)
+        gru_backward(d_hy, ws[t], one, d_ig[t], d_hg[t], d_hx)
+        blas.gemm_addresses(fn, set_threads, get_threads, _N, _N, hidden, rows, width, w_hh.ctypes.data, hidden,
+                            d_hg[t].ctypes.data, width, product.ctypes.data, size, one, zero)
+        _add(d_hx, product, dh)
+        h_grad = dh

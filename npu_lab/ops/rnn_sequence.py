@@ -16,7 +16,7 @@ The kernels here compute the same arithmetic in fewer, larger launches (what cuD
   ``dX = dG W_ih`` and the bias gradients (column sums of ``dG``).
 
 Every launch is a kernel of the npu's own, accounted on the simulated clock. With nothing recording a profile,
-an LSTM layer's per-step loop runs as one compiled call (:mod:`npu_lab.ops.lstm_loops`), with the same
+a layer's per-step loop runs as one compiled call (:mod:`npu_lab.ops.rnn_loops`), with the same
 per-step launches. Whatever these kernels do not
 handle (LSTM projections, dropout between layers in training, half precision, mixed devices or dtypes,
 anything malformed) goes to ATen's composite, which computes it, or raises PyTorch's own error. A second
@@ -38,7 +38,7 @@ import torch
 from .. import _torch_private as private
 from ..device import bare, native
 from ..profiler import hooks
-from . import linalg, lstm_loops, pointwise, recurrent, reductions, shape  # noqa: F401 - the kernels called here come first
+from . import linalg, pointwise, recurrent, reductions, rnn_loops, shape  # noqa: F401 - the kernels called here come first
 from .registry import CLAIMED, FAST
 
 __all__: list[str] = []
@@ -108,8 +108,8 @@ def _handled(spec: _Spec, input: torch.Tensor, states: list[torch.Tensor], param
 
 
 class _Steps(NamedTuple):
-    """The operators the time loops call, each as its ``torch.ops.aten`` overload is called, and whether an LSTM
-    layer's loop may run as one compiled call (:mod:`npu_lab.ops.lstm_loops`)."""
+    """The operators the time loops call, each as its ``torch.ops.aten`` overload is called, and whether a layer's
+    loop may run as one compiled call (:mod:`npu_lab.ops.rnn_loops`)."""
 
     mm: Callable
     add: Callable
@@ -144,8 +144,8 @@ def _steps(spec: _Spec, device: torch.device) -> _Steps:
     A step's operators are tiny (a 16 x 128 cell), so reaching their Python kernels through the dispatcher
     costs about as much as running them. When nothing records, and the tensors are on the current device (the
     device guard the dispatcher would set), the loops call the npu's kernels directly, with the same launches
-    on the simulated clock; an LSTM layer's whole loop then runs as one compiled call where it can
-    (:mod:`npu_lab.ops.lstm_loops`), which writes each step's results in place instead of stacking them. While
+    on the simulated clock; a layer's whole loop then runs as one compiled call where it can
+    (:mod:`npu_lab.ops.rnn_loops`), which writes each step's results in place instead of stacking them. While
     a profile records, every operator goes through the dispatcher, so that the profile sees it; so does every
     call once one of these kernels is taken out of the dispatcher (``npu_lab.without_kernels``) and maybe
     replaced.
@@ -156,7 +156,7 @@ def _steps(spec: _Spec, device: torch.device) -> _Steps:
             name in CLAIMED for name in ("aten::mm", "aten::add.Tensor", cell, backward)):
         return dispatched
     return _Steps(_with_fast("aten::mm", dispatched.mm), _with_fast("aten::add.Tensor", dispatched.add),
-                  _with_fast(cell, CLAIMED[cell]), _with_fast(backward, CLAIMED[backward]), spec.lstm)
+                  _with_fast(cell, CLAIMED[cell]), _with_fast(backward, CLAIMED[backward]), True)
 
 
 class _Saved(NamedTuple):
@@ -186,9 +186,12 @@ def _layer_forward(spec: _Spec, ops: _Steps, x: torch.Tensor, h0: torch.Tensor, 
     x2d = x.reshape(steps * batch, x.shape[2])  # (a copy only for a batch_first input)
     # One product for every step's input projection: the per-step product the composite runs T times.
     gates_x = ops.mm(x2d, w_ih.t()).view(steps, batch, -1)
-    if ops.compiled and lstm_loops.takes(gates_x, w_hh, b_ih, b_hh, h0, c0):
-        out, cs_all, ws_all = lstm_loops.forward(gates_x, w_hh, b_ih, b_hh, h0, c0, reverse)
-        return out, cs_all[0 if reverse else steps - 1], _Saved(x2d, out, cs_all, ws_all, True)
+    if ops.compiled and rnn_loops.takes(gates_x, w_hh, b_ih, b_hh, h0, c0):
+        if spec.lstm:
+            out, cs_all, ws_all = rnn_loops.lstm_forward(gates_x, w_hh, b_ih, b_hh, h0, c0, reverse)
+            return out, cs_all[0 if reverse else steps - 1], _Saved(x2d, out, cs_all, ws_all, True)
+        out, ws_all = rnn_loops.gru_forward(gates_x, w_hh, b_ih, b_hh, h0, reverse)
+        return out, None, _Saved(x2d, out, [], ws_all, True)
     w_hh_t = w_hh.t()
     hs: list[torch.Tensor] = [h0] * steps
     cs: list[torch.Tensor] = [h0] * steps if spec.lstm else []
@@ -224,6 +227,10 @@ def _forward(spec: _Spec, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor | 
             if saved is not None:
                 saved.append(kept)
         layer_input = outputs[0] if spec.directions == 1 else _aten.cat(outputs, 2)
+    if saved and layer_input is saved[-1].hs:
+        # The compiled loop's hidden states, kept for the backward: the caller gets a copy to do with as it likes
+        # (the per-step loop's stack is such a copy), as ATen's composite gives one.
+        layer_input = _aten.clone(layer_input)
     if spec.lstm:
         return layer_input, _aten.stack(h_n), _aten.stack(c_n)
     return layer_input, _aten.stack(h_n)
@@ -233,11 +240,14 @@ def _layer_backward(spec: _Spec, ops: _Steps, d_out: torch.Tensor, dh: torch.Ten
                     c0: torch.Tensor | None, w_hh: torch.Tensor, kept: _Saved, reverse: bool) -> tuple:
     """Back through one layer-direction's steps: (gradients of the input gates and of the hidden gates, each
     (T*B, gates*H) in time order (one tensor for both in an LSTM), dh0, dc0)."""
-    if kept.compiled:
+    if kept.compiled and spec.lstm:
         dc = _aten.zeros_like(dh) if dc is None else dc
-        d_gates, dh, dc = lstm_loops.backward(d_out, dh.contiguous(), dc.contiguous(), c0, kept.cs, kept.workspaces,
-                                              w_hh, reverse)
+        d_gates, dh, dc = rnn_loops.lstm_backward(d_out, dh.contiguous(), dc.contiguous(), c0, kept.cs,
+                                                  kept.workspaces, w_hh, reverse)
         return d_gates, d_gates, dh, dc
+    if kept.compiled:
+        d_ig, d_hg, dh = rnn_loops.gru_backward(d_out, dh.contiguous(), kept.workspaces, w_hh, reverse)
+        return d_ig, d_hg, dh, None
     steps = len(kept.hs)
     d_input_gates: list[torch.Tensor] = [dh] * steps
     d_hidden_gates = d_input_gates if spec.lstm else list(d_input_gates)
@@ -261,8 +271,7 @@ def _backward(ctx: torch.autograd.function.FunctionCtx, d_out: torch.Tensor, d_h
     """First-order gradients of the node's inputs (x, h0[, c0], *params) from the saved cells: per step the cell's
     backward and one product, then a few large products per layer and direction."""
     spec: _Spec = ctx.spec
-    inputs, cells = _unpacked(ctx)
-    x, h0, c0, *params = inputs if spec.lstm else (*inputs[:2], None, *inputs[2:])
+    x, h0, c0, *params = ctx.saved_tensors if spec.lstm else (*ctx.saved_tensors[:2], None, *ctx.saved_tensors[2:])
     needs = ctx.needs_input_grad[1:]  # (x, h0, c0, *params), a GRU's c0 (which it has not) never needed
     needs = needs if spec.lstm else (*needs[:2], False, *needs[2:])
     grads: list[torch.Tensor | None] = [None] * (3 + len(params))
@@ -276,7 +285,7 @@ def _backward(ctx: torch.autograd.function.FunctionCtx, d_out: torch.Tensor, d_h
         for direction in range(spec.directions):
             cell = layer * spec.directions + direction
             w_ih, w_hh, b_ih, _ = _weights(spec, params, cell)
-            kept: _Saved = cells[cell]
+            kept: _Saved = ctx.cells[cell]
             reverse = direction == 1
             d_dir = d_out if spec.directions == 1 else d_out[:, :, direction * hidden:(direction + 1) * hidden]
             d_ig, d_hg, d_h0[cell], d_c0[cell] = _layer_backward(
@@ -315,7 +324,7 @@ def _differentiable_backward(ctx: torch.autograd.function.FunctionCtx,
     """``create_graph=True``: the gradients as a graph of their own, by differentiating the composite recomputed
     from the saved inputs (which are still connected to the graph that made them)."""
     spec: _Spec = ctx.spec
-    inputs, _ = _unpacked(ctx)
+    inputs = ctx.saved_tensors
     x, *states = inputs[:3 if spec.lstm else 2]
     params = list(inputs[len(states) + 1:])
     outputs = spec.composite(x, states if spec.lstm else states[0], params, spec.has_biases, spec.layers, 0.0,
@@ -326,15 +335,6 @@ def _differentiable_backward(ctx: torch.autograd.function.FunctionCtx,
     return [next(found) if need else None for need in needs]
 
 
-def _unpacked(ctx: torch.autograd.function.FunctionCtx) -> tuple[tuple[torch.Tensor, ...], list[_Saved]]:
-    """(the node's saved inputs, the cells' saved state), with the output put back into the last cell where
-    :meth:`_RecurrentStack.forward` saved it apart."""
-    saved = ctx.saved_tensors
-    if not ctx.output_saved:
-        return saved, ctx.cells
-    return saved[:-1], [*ctx.cells[:-1], ctx.cells[-1]._replace(hs=saved[-1])]
-
-
 class _RecurrentStack(torch.autograd.Function):
     """The stack on a time-major input as one node: forward(spec, x, h0[, c0], *params) -> (out, h_n[, c_n])."""
 
@@ -343,15 +343,8 @@ class _RecurrentStack(torch.autograd.Function):
         x, h0, c0 = inputs[0], inputs[1], inputs[2] if spec.lstm else None
         cells: list[_Saved] = []
         outputs = _forward(spec, x, h0, c0, list(inputs[3 if spec.lstm else 2:]), cells)
-        # The cells keep intermediates only: an output kept on ctx would make a cycle (output -> its node -> ctx).
-        # Where the compiled loop kept the stack's output itself as the last layer's hidden states, that one is
-        # saved as autograd saves outputs, which also raises PyTorch's error if it is written to before the
-        # backward (as the CPU's and CUDA's recurrent kernels, which save their output, do).
-        ctx.output_saved = cells[-1].compiled and cells[-1].hs is outputs[0]
-        if ctx.output_saved:
-            cells[-1] = cells[-1]._replace(hs=None)
-        ctx.spec, ctx.cells = spec, cells
-        ctx.save_for_backward(*inputs, *outputs[:ctx.output_saved])
+        ctx.spec, ctx.cells = spec, cells  # intermediates only (never an output: that would make a cycle)
+        ctx.save_for_backward(*inputs)
         return outputs
 
     @staticmethod
