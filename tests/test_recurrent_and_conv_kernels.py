@@ -163,7 +163,7 @@ def test_products_cut_into_column_blocks_match_the_cpu(m, k, n, layout):
 
 def test_the_split_keeps_every_thread_busy_on_large_products_only():
     plan = blas._plan
-    getter = blas._torch_routines(np.dtype(np.float32))[2] if blas.backend() == "torch" else 0
+    getter = blas.torch_routines(np.dtype(np.float32))[2] if blas.backend() == "torch" else 0
     if not getter:
         pytest.skip("no thread-count getter")
     threads = numba.get_num_threads()

@@ -53,7 +53,7 @@ try:  # imported now, not when first needed: importing it sets KMP_DUPLICATE_LIB
 except ImportError:  # pragma: no cover - a declared dependency
     threadpoolctl = None
 
-__all__ = ["ENABLED", "backend", "blasable", "gemm_addresses", "matmul", "sync_threads", "takes"]
+__all__ = ["ENABLED", "backend", "blasable", "gemm_addresses", "matmul", "sync_threads", "takes", "torch_routines"]
 
 #: Products of these dtypes go to BLAS (when :data:`ENABLED`).
 DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
@@ -254,7 +254,9 @@ def _find_torch_routines(dtype: np.dtype) -> tuple[int, int, int] | None:
 _torch_blas: dict[np.dtype, tuple[int, int, int] | None] = {dt: _find_torch_routines(dt) for dt in DTYPES}
 
 
-def _torch_routines(dtype: np.dtype) -> tuple[int, int, int] | None:
+def torch_routines(dtype: np.dtype) -> tuple[int, int, int] | None:
+    """(``?gemm``, the library's per-thread thread-count setter, numba's thread-count getter) addresses for
+    :func:`gemm_addresses` and the kernels that call it, for ``dtype``; None where PyTorch exports no BLAS."""
     return _torch_blas.get(dtype)
 
 
@@ -336,7 +338,7 @@ def gemm_for(dtype: np.dtype) -> Callable | None:
     """``gemm(m, n, k, a, a_layout, b, b_layout, out)``: ``out = a @ b`` for operands given by address
     (``m x k`` and ``k x n``, each with its :func:`layout`) into a C-contiguous ``m x n`` output, with PyTorch's
     BLAS for ``dtype``; None where PyTorch exports none (the caller then takes another way)."""
-    routines = _torch_routines(np.dtype(dtype))
+    routines = torch_routines(np.dtype(dtype))
     if routines is None:
         return None
     fn, set_threads, get_threads = routines
@@ -399,13 +401,13 @@ def _numpy_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
 
 def backend(dtype: np.dtype = np.float32) -> str:
     """Which BLAS :func:`matmul` uses for ``dtype``: "torch" (PyTorch's) or "numpy" (NumPy's)."""
-    return "torch" if _torch_routines(np.dtype(dtype)) is not None else "numpy"
+    return "torch" if torch_routines(np.dtype(dtype)) is not None else "numpy"
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
     """``out[...] = a @ b`` (2-D, or batched 3-D with a batch dimension on every operand) with BLAS;
     operands BLAS cannot read as they are are copied first. The caller checked :func:`takes`."""
-    routines = _torch_routines(out.dtype)
+    routines = torch_routines(out.dtype)
     if routines is not None:
         _torch_matmul(a, b, out, routines)
     else:

@@ -167,7 +167,7 @@ def _blocked_routines(dtype: np.dtype, *arrays: np.ndarray) -> tuple[int, int] |
     convolution to the whole-batch unfold/fold path (the numba matrix kernels then do the products)."""
     if not blas.ENABLED or np.dtype(dtype) not in blas.DTYPES or any(a.size == 0 for a in arrays):
         return None
-    routines = blas._torch_routines(np.dtype(dtype))
+    routines = blas.torch_routines(np.dtype(dtype))
     return None if routines is None else routines[:2]
 
 

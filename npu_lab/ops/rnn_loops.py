@@ -31,7 +31,7 @@ def _routines(dtype: torch.dtype) -> tuple[int, int, int] | None:
     np_dtype = _NUMPY.get(dtype)
     if np_dtype is None or not blas.ENABLED:
         return None
-    return blas._torch_routines(np.dtype(np_dtype))
+    return blas.torch_routines(np.dtype(np_dtype))
 
 
 def takes(*tensors: torch.Tensor | None) -> bool:
